@@ -1,0 +1,50 @@
+"""Question prompts that match lm-evaluation-harness's built-in medical tasks, so scores stay comparable.
+
+- ``medqa``   (``medqa_4options``): ``Question: {q}\\nA. ..\\n...Answer:``
+- ``medmcqa`` (``medmcqa``):        ``Question: {q}\\nChoices:\\nA. ..\\n...Answer:``
+- ``mmlu``    (``mmlu_*``):          ``{q.strip()}\\nA. ..\\n...Answer:`` after the subject description
+- ``pubmedqa``: the built-in prompt without its ``Abstract:`` line (question only, as in the paper);
+  the choices are the labels ``yes``/``no``/``maybe`` and are not listed in the prompt.
+"""
+
+from __future__ import annotations
+
+from ..errors import UnknownNameError
+from ..data.record import Question
+
+STYLE_OF = {
+    "medqa_usmle": "medqa",
+    "medqa_mcmle": "medqa",
+    "medmcqa": "medmcqa",
+    "pubmedqa": "pubmedqa",
+    "mmlu_med": "mmlu",
+}
+
+
+def options_block(options: dict[str, str]) -> str:
+    return "".join(f"{label}. {text}\n" for label, text in options.items())
+
+
+def question_prompt(benchmark: str, question: Question) -> str:
+    """The question part of the prompt, ending in ``Answer:`` (lm-eval adds `` <choice>``)."""
+    try:
+        style = STYLE_OF[benchmark]
+    except KeyError:
+        raise UnknownNameError("benchmark", benchmark, list(STYLE_OF)) from None
+    if style == "medqa":
+        return f"Question: {question.question}\n{options_block(question.options)}Answer:"
+    if style == "medmcqa":
+        return f"Question: {question.question}\nChoices:\n{options_block(question.options)}Answer:"
+    if style == "mmlu":
+        return f"{question.question.strip()}\n{options_block(question.options)}Answer:"
+    return f"Question: {question.question}\nAnswer:"
+
+
+def mmlu_description(subject: str) -> str:
+    return f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.\n\n"
+
+
+def choices(question: Question) -> list[str]:
+    """The closed set lm-eval scores: option letters, or PubMedQA's labels."""
+    return list(question.options)
+

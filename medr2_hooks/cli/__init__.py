@@ -1,0 +1,1 @@
+"""The ``medr2`` console script: sub-commands ``data``, ``eval``, ``models``, ``tasks``."""

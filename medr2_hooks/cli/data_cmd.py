@@ -1,0 +1,34 @@
+"""``medr2 data info [--json]``: per benchmark, the evaluation and demonstration counts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    info = sub.add_parser("info", help="evaluation / demonstration counts per benchmark")
+    info.add_argument("benchmarks", nargs="*", help="benchmark names (default: all)")
+    info.add_argument("--json", action="store_true", help='print {"<benchmark>": {"eval": n, "demos": n}}')
+    info.add_argument("--source", default="local", choices=["local", "hub"], help="where to read the data")
+    info.add_argument("--data-dir", help="benchmark folder (default: MEDR2_DATA_DIR or ../shared/data)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import data, settings
+
+    names = args.benchmarks or list(data.BENCHMARKS)
+    counts = {}
+    for name in names:
+        pools = data.pools(name, source=args.source, data_dir=args.data_dir)
+        counts[name] = {"eval": len(pools.eval), "demos": len(pools.demos)}
+    if args.json:
+        print(json.dumps(counts, indent=2))
+        return 0
+    where = (args.data_dir or settings.data_dir()) if args.source == "local" else "hub"
+    print(f"data: {where}")
+    print(f"{'benchmark':<14} {'eval':>6} {'demos':>6}  description")
+    for name, c in counts.items():
+        print(f"{name:<14} {c['eval']:>6} {c['demos']:>6}  {data.BENCHMARKS[name].title}")
+    return 0

@@ -1,0 +1,58 @@
+"""``medr2 eval``: run lm-eval on medr2 tasks (lm-eval's usual flags, plus embedded model names)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = (
+        "examples:\n"
+        "  medr2 eval --tasks medqa_usmle_direct --model embedded:gemma-270m --limit 20\n"
+        "  medr2 eval --tasks medr2_qa --model vllm --model_args pretrained=meta-llama/Llama-3.1-8B-Instruct\n"
+        "Results land in results/runs/<name>/ (lm-eval JSON, per-sample JSONL, run.json); the W&B run is\n"
+        "offline under results/wandb/ (upload later with `wandb sync results/wandb/offline-run-*`)."
+    )
+    parser.add_argument("--tasks", required=True, help="comma-separated task or group names (medr2 tasks list)")
+    parser.add_argument("--model", default="embedded:gemma-270m",
+                        help="embedded:gemma-270m (default), or an lm-eval model type: hf, vllm, local-completions, ...")
+    parser.add_argument("--model_args", default="", help="lm-eval model args, e.g. pretrained=<hub id or path>,dtype=bfloat16")
+    parser.add_argument("--limit", type=float, help="first N items per task (or a fraction if < 1)")
+    parser.add_argument("--num_fewshot", type=int, help="demonstrations from the task's demo pool")
+    parser.add_argument("--batch_size", help="lm-eval batch size (default: 4 for embedded Gemma, else auto)")
+    parser.add_argument("--device", help="cpu, cuda, cuda:0, ... (default: lm-eval's choice)")
+    parser.add_argument("--output_path", help="folder for this run (default: results/runs/<name>)")
+    parser.add_argument("--log_samples", action=argparse.BooleanOptionalAction, default=True,
+                        help="write per-sample logs (default: on)")
+    parser.add_argument("--metadata", default="{}", help='JSON passed to the tasks, e.g. \'{"source": "hub"}\'')
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--run_name", help="name of the run folder and W&B run")
+    parser.add_argument("--wandb_project", default="medr2")
+    parser.add_argument("--wandb_group", help="W&B group (default: the task list)")
+    parser.add_argument("--no_wandb", action="store_true", help="do not create a W&B run")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..lmeval.runner import EvalConfig, run_eval
+
+    cfg = EvalConfig(
+        tasks=[t.strip() for t in args.tasks.split(",") if t.strip()],
+        model=args.model,
+        model_args=args.model_args,
+        limit=args.limit,
+        num_fewshot=args.num_fewshot,
+        batch_size=args.batch_size,
+        device=args.device,
+        log_samples=args.log_samples,
+        output_path=args.output_path,
+        seed=args.seed,
+        metadata=json.loads(args.metadata),
+        wandb=not args.no_wandb,
+        wandb_project=args.wandb_project,
+        wandb_group=args.wandb_group,
+        run_name=args.run_name,
+    )
+    run_eval(cfg)
+    return 0

@@ -1,0 +1,49 @@
+"""``medr2`` — Med-R² harness command line.
+
+Sub-commands import their heavy dependencies only when run, so ``medr2 --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import import_module
+
+from ..errors import Medr2Error
+
+# name -> (module, one-line help). Each module defines add_arguments(parser) and run(args) -> int.
+COMMANDS = {
+    "data": ("medr2_hooks.cli.data_cmd", "inspect the benchmark data (counts, sources)"),
+    "eval": ("medr2_hooks.cli.eval_cmd", "run lm-eval on medr2 tasks, save results and an offline W&B run"),
+    "models": ("medr2_hooks.cli.models_cmd", "resolve embedded model names to local folders"),
+    "tasks": ("medr2_hooks.cli.tasks_cmd", "list the lm-eval tasks and groups this package ships"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="medr2",
+        description="Med-R² evidence-based-medicine RAG evaluation harness (lm-evaluation-harness tasks).",
+        epilog="Settings: MEDR2_DATA_DIR (benchmark files, default ../shared/data), MEDR2_CACHE_DIR "
+        "(models, indexes, stage caches, default ~/.cache/medr2), MEDR2_RESULTS_DIR (default ./results), "
+        "WANDB_MODE (default offline).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        import_module(module).add_arguments(cmd)
+        cmd.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return import_module(args._module).run(args) or 0
+    except Medr2Error as exc:
+        print(f"medr2 {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

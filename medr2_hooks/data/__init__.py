@@ -1,0 +1,113 @@
+"""Benchmark loaders: one typed :class:`Record` per item, evaluation pool and CoT-demonstration pool.
+
+>>> from medr2_hooks import data
+>>> pools = data.pools("medqa_usmle")          # local mirror (MEDR2_DATA_DIR), demos split off
+>>> len(pools.eval), len(pools.demos)
+(2535, 10)
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import import_module
+from pathlib import Path
+
+from .. import settings
+from ..errors import DataError, UnknownNameError
+from .record import Question, Record
+
+__all__ = ["BENCHMARKS", "Benchmark", "Pools", "Question", "Record", "load", "pools", "DEMO_SEED"]
+
+DEMO_SEED = 2025
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    local: str  # "module:function(root) -> list[Record]"
+    hub: str | None  # "module:function() -> list[Record]", None when the hub has no copy
+    n_demos: int  # paper Table 7: CoT demonstrations taken out of the evaluation pool
+    language: str
+    title: str
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in (
+        Benchmark("medqa_usmle", "medqa:load_usmle", "medqa:load_usmle_hub", 10, "en", "MedQA-USMLE (5 options, dev+test)"),
+        Benchmark("medqa_mcmle", "medqa:load_mcmle", None, 11, "zh", "MedQA-MCMLE (5 options, dev+test)"),
+        Benchmark("medmcqa", "medmcqa:load", "medmcqa:load_hub", 13, "en", "MedMCQA (dev)"),
+        Benchmark("pubmedqa", "pubmedqa:load", "pubmedqa:load_hub", 10, "en", "PubMedQA PQA-L (question only)"),
+        Benchmark("mmlu_med", "mmlu:load", "mmlu:load_hub", 9, "en", "MMLU-Med (6 subjects)"),
+    )
+}
+SOURCES = ("local", "hub")
+
+
+@dataclass(frozen=True)
+class Pools:
+    eval: list[Record]
+    demos: list[Record]
+
+
+def benchmark(name: str) -> Benchmark:
+    if name not in BENCHMARKS:
+        raise UnknownNameError("benchmark", name, list(BENCHMARKS))
+    return BENCHMARKS[name]
+
+
+def _call(ref: str, *args) -> list[Record]:
+    module, func = ref.split(":")
+    return getattr(import_module(f"{__name__}.{module}"), func)(*args)
+
+
+def _root(data_dir: str | Path | None) -> Path:
+    root = Path(data_dir) if data_dir else settings.data_dir()
+    if root is None:
+        raise DataError(
+            "no benchmark data folder: set MEDR2_DATA_DIR to a folder laid out as shared/data/README.md "
+            "describes (default ../shared/data), or use source='hub' where there is network"
+        )
+    return root
+
+
+@lru_cache(maxsize=32)
+def _load(name: str, source: str, root: Path | None) -> tuple[Record, ...]:
+    spec = benchmark(name)
+    if source == "local":
+        records = _call(spec.local, root)
+    elif source == "hub":
+        if spec.hub is None:
+            raise DataError(f"{name} has no hub copy; point MEDR2_DATA_DIR at the MedQA release files")
+        records = _call(spec.hub)
+    else:
+        raise UnknownNameError("source", source, list(SOURCES))
+    seen: set[str] = set()
+    for record in records:
+        if record.id in seen:
+            raise DataError(f"{name}: duplicate record id {record.id!r} ({record.meta.get('source', '')})")
+        seen.add(record.id)
+    return tuple(records)
+
+
+def load(name: str, *, source: str = "local", data_dir: str | Path | None = None) -> list[Record]:
+    """Every item of a benchmark (evaluation pool and demonstrations together), in file order."""
+    return list(_load(name, source, _root(data_dir) if source == "local" else None))
+
+
+def demo_ids(records: list[Record], n: int, seed: int = DEMO_SEED) -> set[str]:
+    """A deterministic, seeded choice of ``n`` record ids (independent of file order)."""
+    ids = sorted(r.id for r in records)
+    return set(random.Random(seed).sample(ids, n))
+
+
+def pools(name: str, *, source: str = "local", data_dir: str | Path | None = None, seed: int = DEMO_SEED) -> Pools:
+    """The evaluation pool and the CoT-demonstration pool (Table 7 sizes), disjoint, in file order."""
+    records = load(name, source=source, data_dir=data_dir)
+    chosen = demo_ids(records, benchmark(name).n_demos, seed)
+    return Pools(
+        eval=[r for r in records if r.id not in chosen],
+        demos=[r for r in records if r.id in chosen],
+    )

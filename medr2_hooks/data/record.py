@@ -1,0 +1,73 @@
+"""The one record every benchmark loader yields, and its split into what stages may see."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Question:
+    """What retrieval, reranking and LLM stages may see: never the gold answer.
+
+    ``options`` is included for the answering prompt only; retrieval and rerank queries are built from
+    ``question`` alone (see ``medr2_hooks.retrieve``).
+    """
+
+    id: str
+    question: str
+    options: dict[str, str]
+    language: str
+
+
+@dataclass(frozen=True)
+class Record:
+    """One benchmark item.
+
+    ``options`` maps a choice label to its text, in presentation order: letters for multiple choice
+    (``{"A": "...", ...}``), labels for PubMedQA (``{"yes": "yes", "no": "no", "maybe": "maybe"}``).
+    ``answer`` is the gold label, a key of ``options``. ``meta`` holds source details
+    (PubMedQA ``pmid``, MedMCQA ``subject``, MMLU ``subject``, the source file and line, ...).
+    """
+
+    id: str
+    question: str
+    options: dict[str, str]
+    answer: str
+    language: str
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self.options)
+
+    @property
+    def gold_index(self) -> int:
+        return self.labels.index(self.answer)
+
+    def public(self) -> Question:
+        return Question(self.id, self.question, dict(self.options), self.language)
+
+    def to_doc(self) -> dict:
+        """Flat, Arrow-friendly row for an lm-eval dataset (``meta`` as JSON text)."""
+        return {
+            "id": self.id,
+            "question": self.question,
+            "choice_labels": self.labels,
+            "choice_texts": list(self.options.values()),
+            "answer": self.answer,
+            "gold": self.gold_index,
+            "language": self.language,
+            "meta": json.dumps(self.meta, ensure_ascii=False, sort_keys=True),
+        }
+
+    @classmethod
+    def from_doc(cls, doc: dict) -> "Record":
+        return cls(
+            id=doc["id"],
+            question=doc["question"],
+            options=dict(zip(doc["choice_labels"], doc["choice_texts"])),
+            answer=doc["answer"],
+            language=doc["language"],
+            meta=json.loads(doc["meta"]),
+        )

@@ -1,0 +1,221 @@
+"""``medr2 eval``: lm-eval's ``simple_evaluate`` over our tasks, with embedded models, saved results,
+a run record, and an offline W&B run.
+
+lm-eval stays the evaluator; this module only resolves names, picks safe defaults, and records the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import resource
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .. import settings
+from ..llm import embedded
+from .registry import check_tasks
+
+# Gemma-3 has a 262,144-token vocabulary and lm-eval's hf backend keeps full-vocabulary float32 logits per
+# batch: batch 16 was killed at 24 GB on MMLU-Med prompts, batch 4 runs (method-notes §7).
+EMBEDDED_BATCH_SIZE = {"embedded:gemma-270m": 4}
+
+
+@dataclass
+class EvalConfig:
+    tasks: list[str]
+    model: str = "embedded:gemma-270m"
+    model_args: str = ""
+    limit: float | None = None
+    num_fewshot: int | None = None
+    batch_size: str | None = None
+    device: str | None = None
+    log_samples: bool = True
+    output_path: str | None = None
+    seed: int = 1234
+    metadata: dict = field(default_factory=dict)
+    wandb: bool = True
+    wandb_project: str = "medr2"
+    wandb_group: str | None = None
+    wandb_tags: list[str] = field(default_factory=list)
+    run_name: str | None = None
+
+
+def parse_model_args(text: str) -> dict[str, str]:
+    pairs = [p for p in text.split(",") if p.strip()]
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--model_args: expected key=value, found {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def resolve_model(model: str, model_args: str) -> tuple[str, dict[str, str], str | None]:
+    """(lm-eval model type, model args with embedded names resolved, default batch size)."""
+    args = parse_model_args(model_args)
+    batch = None
+    if embedded.is_embedded(model):
+        batch = EMBEDDED_BATCH_SIZE.get(model)
+        args = {"pretrained": embedded.resolve(model), "dtype": "float32", **args}
+        model = "hf"
+    elif embedded.is_embedded(args.get("pretrained", "")):
+        batch = EMBEDDED_BATCH_SIZE.get(args["pretrained"])
+        args["pretrained"] = embedded.resolve(args["pretrained"])
+    return model, args, batch
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=settings.REPO_ROOT, capture_output=True,
+                             text=True, timeout=5, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("medr2-hooks", "lm-eval", "torch", "transformers", "datasets", "faiss-cpu", "wandb"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def _atomic_write_json(path: Path, obj) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def run_eval(cfg: EvalConfig) -> dict:
+    """Evaluate, save lm-eval results (+ samples) and a run record under ``results/``; log to W&B."""
+    if embedded.is_embedded(cfg.model):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("WANDB_MODE", "offline")
+    from lm_eval import simple_evaluate
+    from lm_eval.loggers import EvaluationTracker
+    from lm_eval.utils import make_table
+
+    task_manager = check_tasks(cfg.tasks)
+    lm_model, model_args, default_batch = resolve_model(cfg.model, cfg.model_args)
+    batch_size = cfg.batch_size or default_batch or "auto"
+    device = cfg.device or _default_device()
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    name = cfg.run_name or f"{'+'.join(cfg.tasks)}__{cfg.model.replace('/', '_').replace(':', '-')}__{stamp}"
+    out_dir = Path(cfg.output_path) if cfg.output_path else settings.results_dir() / "runs" / name
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    started = time.time()
+    results = simple_evaluate(
+        model=lm_model,
+        model_args=model_args,
+        tasks=cfg.tasks,
+        num_fewshot=cfg.num_fewshot,
+        batch_size=batch_size,
+        device=device,
+        limit=cfg.limit,
+        log_samples=cfg.log_samples,
+        task_manager=task_manager,
+        random_seed=cfg.seed,
+        numpy_random_seed=cfg.seed,
+        torch_random_seed=cfg.seed,
+        fewshot_random_seed=cfg.seed,
+        metadata=cfg.metadata or None,
+    )
+    wall = time.time() - started
+    samples = results.pop("samples", None)
+
+    tracker = EvaluationTracker(output_path=str(out_dir))
+    tracker.general_config_tracker.model_name = cfg.model
+    tracker.general_config_tracker.model_name_sanitized = re.sub(r"[^\w.-]", "-", cfg.model)
+    tracker.save_results_aggregated(results=results, samples=samples)
+    if samples:
+        for task_name in results["configs"]:
+            tracker.save_results_samples(task_name=task_name, samples=samples[task_name])
+
+    record = {
+        "name": name,
+        "config": asdict(cfg),
+        "resolved": {"lm_eval_model": lm_model, "model_args": model_args, "batch_size": batch_size, "device": device},
+        "data_dir": str(settings.data_dir()),
+        "wall_seconds": round(wall, 2),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "git_commit": _git_commit(),
+        "versions": _versions(),
+        "hardware": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "results": results["results"],
+        "groups": results.get("groups", {}),
+        "n_samples": results.get("n-samples", {}),
+    }
+    _atomic_write_json(out_dir / "run.json", record)
+
+    if cfg.wandb:
+        _log_wandb(cfg, name, results, samples, record, out_dir)
+
+    print(make_table(results))
+    if results.get("groups"):
+        print(make_table(results, "groups"))
+    print(f"results: {out_dir}  (wall {wall:.1f} s, peak RSS {record['peak_rss_mb']:.0f} MB)")
+    results["samples"] = samples
+    results["run_record"] = record
+    return results
+
+
+def _samples_table(rows: list[dict]):
+    import wandb
+
+    metrics = sorted({k for row in rows for k in row.get("metrics", [])})
+    table = wandb.Table(columns=["doc_id", "id", "prompt", "target", "filtered_resps", *metrics])
+    for row in rows:
+        args = row.get("arguments", {})
+        first = next(iter(args.values()), {}) if isinstance(args, dict) else {}
+        table.add_data(row["doc_id"], row.get("doc", {}).get("id"), first.get("arg_0"), str(row.get("target")),
+                       json.dumps(row.get("filtered_resps"), default=str), *[row.get(m) for m in metrics])
+    return table
+
+
+def _log_wandb(cfg: EvalConfig, name: str, results: dict, samples: dict | None, record: dict, out_dir: Path) -> None:
+    """One W&B run per evaluation (offline unless WANDB_MODE says otherwise; ``wandb sync`` uploads it)."""
+    import wandb
+    from lm_eval.loggers import WandbLogger
+
+    wandb_dir = settings.results_dir()  # wandb adds its own "wandb/" folder below this
+    wandb_dir.mkdir(parents=True, exist_ok=True)
+    init = {
+        "project": cfg.wandb_project,
+        "name": name,
+        "group": cfg.wandb_group or "+".join(cfg.tasks),
+        "tags": [cfg.model, *cfg.tasks, *cfg.wandb_tags],
+        "job_type": "eval",
+        "dir": str(wandb_dir),
+        "mode": os.environ.get("WANDB_MODE", "offline"),
+        "config": {k: v for k, v in record.items() if k not in ("results", "groups")},
+    }
+    logger = WandbLogger(init_args=init)
+    logger.post_init(results)
+    logger.log_eval_result()
+    # lm-eval 0.4.13's WandbLogger.log_eval_samples fails on its own sample format; a table per task here.
+    for task_name, rows in (samples or {}).items():
+        logger.run.log({f"{task_name}/samples": _samples_table(rows)})
+    artifact = wandb.Artifact(name=re.sub(r"[^\w.-]", "_", name)[:120], type="eval-results")
+    artifact.add_dir(str(out_dir))
+    logger.run.log_artifact(artifact)
+    record["wandb_dir"] = logger.run.dir
+    logger.run.finish()

@@ -1,0 +1,42 @@
+"""Locations the harness reads and writes, from environment settings with documented defaults.
+
+- ``MEDR2_DATA_DIR``: local mirror of the benchmark files (layout of ``shared/data/README.md``).
+  Default: ``../shared/data`` next to the current directory or next to the repository, when present.
+- ``MEDR2_CACHE_DIR``: converted models, indexes and stage caches. Default: ``~/.cache/medr2``.
+- ``MEDR2_RESULTS_DIR``: lm-eval results, samples and W&B offline runs. Default: ``./results``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def data_dir() -> Path | None:
+    """The benchmark mirror, or None when no setting is made and no default exists."""
+    env = os.environ.get("MEDR2_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    for base in (Path.cwd(), REPO_ROOT):
+        candidate = base.parent / "shared" / "data"
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def cache_dir() -> Path:
+    path = Path(os.environ.get("MEDR2_CACHE_DIR", Path.home() / ".cache" / "medr2")).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def results_dir() -> Path:
+    return Path(os.environ.get("MEDR2_RESULTS_DIR", "results")).expanduser()
+
+
+def tasks_dir() -> Path:
+    """The lm-eval task folder shipped with the repository (``tasks/``)."""
+    env = os.environ.get("MEDR2_TASKS_DIR")
+    return Path(env) if env else REPO_ROOT / "tasks"
