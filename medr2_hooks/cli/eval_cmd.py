@@ -22,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=float, help="first N items per task (or a fraction if < 1)")
     parser.add_argument("--num_fewshot", type=int, help="demonstrations from the task's demo pool")
     parser.add_argument("--batch_size", help="lm-eval batch size (default: 4 for embedded Gemma, else auto)")
+    parser.add_argument("--gen_kwargs", help="generation overrides for generative tasks, e.g. max_gen_toks=64")
     parser.add_argument("--device", help="cpu, cuda, cuda:0, ... (default: lm-eval's choice)")
     parser.add_argument("--output_path", help="folder for this run (default: results/runs/<name>)")
     parser.add_argument("--log_samples", action=argparse.BooleanOptionalAction, default=True,
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         limit=args.limit,
         num_fewshot=args.num_fewshot,
         batch_size=args.batch_size,
+        gen_kwargs=args.gen_kwargs,
         device=args.device,
         log_samples=args.log_samples,
         output_path=args.output_path,

@@ -34,6 +34,7 @@ class EvalConfig:
     limit: float | None = None
     num_fewshot: int | None = None
     batch_size: str | None = None
+    gen_kwargs: str | None = None
     device: str | None = None
     log_samples: bool = True
     output_path: str | None = None
@@ -132,6 +133,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         device=device,
         limit=cfg.limit,
         log_samples=cfg.log_samples,
+        gen_kwargs=cfg.gen_kwargs,
         task_manager=task_manager,
         random_seed=cfg.seed,
         numpy_random_seed=cfg.seed,

@@ -1,0 +1,36 @@
+# Two commands do everything on a fresh machine:  `make demo`  and  `make test`.
+# Both create .venv/ in the repository root and install this package from its own files (CPU pins).
+
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+MEDR2  := $(VENV)/bin/medr2
+LIMIT  ?= 20
+export HF_HUB_OFFLINE ?= 1
+export WANDB_MODE ?= offline
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: install demo test test-fast clean-results
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: setup.cfg pyproject.toml constraints-cpu.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev]" -c constraints-cpu.txt
+	touch $@
+
+# Main job on the embedded defaults: benchmark counts, then lm-eval on a fixed slice of each QA benchmark
+# with Gemma-3-270M; results land in results/runs/, the offline W&B run in results/wandb/.
+demo: install
+	$(MEDR2) data info
+	$(MEDR2) eval --tasks medqa_usmle_direct,pubmedqa_direct --limit $(LIMIT) --run_name demo-direct
+
+test: install
+	$(VENV)/bin/pytest
+
+test-fast: install
+	$(VENV)/bin/pytest -m "not slow"
+
+clean-results:
+	rm -rf results/runs results/wandb

@@ -1,0 +1,80 @@
+"""The embedded Gemma-3-270M folder and a real lm-eval run through ``medr2 eval`` (offline, CPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_embedded_gemma_is_a_plain_safetensors_folder_with_chat_template(gemma_path):
+    from pathlib import Path
+
+    folder = Path(gemma_path)
+    config = json.loads((folder / "config.json").read_text())
+    assert "quantization_config" not in config
+    assert (folder / "model.safetensors").is_file()
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gemma_path)
+    text = tok.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
+    assert text == "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+
+
+def test_embedded_gemma_knows_a_fact(gemma_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gemma_path)
+    model = AutoModelForCausalLM.from_pretrained(gemma_path, dtype=torch.float32).eval()
+
+    def logprob(prompt: str, continuation: str) -> float:
+        ids = tok(prompt + continuation, return_tensors="pt").input_ids
+        n_prompt = tok(prompt, return_tensors="pt").input_ids.shape[1]
+        with torch.no_grad():
+            logits = model(ids).logits[0, n_prompt - 1:-1]
+        return logits.log_softmax(-1).gather(1, ids[0, n_prompt:, None]).sum().item()
+
+    prompt = "The capital of France is"
+    assert logprob(prompt, " Paris") > logprob(prompt, " Berlin") + 2
+
+
+@pytest.fixture
+def results_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_medr2_eval_writes_results_samples_and_offline_wandb(results_dir, gemma_path):
+    from medr2_hooks.cli.main import main
+    from medr2_hooks.lmeval import direct
+
+    assert main(["eval", "--tasks", "medqa_usmle_direct,pubmedqa_direct", "--limit", "4", "--run_name", "t"]) == 0
+    run_dir = results_dir / "runs" / "t"
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["resolved"]["model_args"]["pretrained"] == gemma_path
+    assert record["resolved"]["batch_size"] == 4
+    for task in ("medqa_usmle_direct", "pubmedqa_direct"):
+        assert 0.0 <= record["results"][task]["acc,none"] <= 1.0
+        assert record["n_samples"][task]["effective"] == 4
+        (samples,) = run_dir.glob(f"*/samples_{task}_*.jsonl")
+        rows = [json.loads(line) for line in samples.read_text().splitlines()]
+        assert len(rows) == 4
+        for row in rows:
+            prompt = row["arguments"]["gen_args_0"]["arg_0"]
+            assert prompt == direct.doc_to_text(row["doc"])
+    assert list((results_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+
+
+def test_generative_variant_reports_invalid_rate(results_dir, gemma_path):
+    from medr2_hooks.lmeval.runner import EvalConfig, run_eval
+
+    results = run_eval(EvalConfig(tasks=["medqa_usmle_direct_cot"], limit=2, gen_kwargs="max_gen_toks=24",
+                                  wandb=False, run_name="cot"))
+    metrics = results["results"]["medqa_usmle_direct_cot"]
+    assert metrics["invalid,none"] in (0.0, 0.5, 1.0)
+    assert metrics["acc,none"] <= 1.0 - metrics["invalid,none"]
+    for row in results["samples"]["medqa_usmle_direct_cot"]:
+        assert row["arguments"]["gen_args_0"]["arg_0"].endswith("Let's think step by step, then finish with \"the answer is (X)\".")
