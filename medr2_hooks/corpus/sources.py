@@ -1,0 +1,161 @@
+"""Readers for each corpus source type. Each yields :class:`Document` records at the source's natural
+granularity (a whole textbook, one JSONL row); :mod:`.segment` splits long ones into chapters.
+
+Problems (invalid UTF-8, invalid JSON, missing or empty fields, a truncated gzip) go to a
+:class:`SkipReport`: an error naming file and line in strict mode, a counted skip in lenient mode.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import DataError
+from .document import GUIDELINE_LEVEL, Document, SkipReport
+
+
+def _lines(path: Path, report: SkipReport) -> Iterator[tuple[int, str]]:
+    """``(line_number, text)`` of a UTF-8 text file (``.gz`` allowed), without line endings."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    lineno = 0
+    try:
+        with opener(path, "rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                try:
+                    yield lineno, raw.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as exc:
+                    report.problem(path, lineno, None, "invalid UTF-8", f"byte {exc.start}")
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        report.problem(path, lineno + 1, None, "truncated or corrupt gzip", str(exc))
+    except FileNotFoundError:
+        raise DataError(f"corpus source file not found: {path}") from None
+
+
+def _files(pattern: str, base: Path) -> list[Path]:
+    path = Path(pattern)
+    root, glob = (path.parent, path.name) if path.is_absolute() else (base, pattern)
+    files = sorted(root.glob(glob)) if any(ch in glob for ch in "*?[") else [root / glob]
+    if not files or not all(f.exists() for f in files):
+        raise DataError(f"corpus source {pattern!r} matches no file under {root}")
+    return files
+
+
+def medqa_textbooks(paths: str, base: Path, report: SkipReport, language: str = "en") -> Iterator[Document]:
+    """The MedQA textbooks: one ``book`` document per file (``Anatomy_Gray.txt.gz`` → book ``Anatomy_Gray``)."""
+    for path in _files(paths, base):
+        book = path.name.split(".")[0]
+        lines = [text for _, text in _lines(path, report)]
+        text = "\n".join(lines).strip()
+        if not text:
+            report.problem(path, 1, None, "empty document")
+            continue
+        yield Document(doc_id=book, title=book.replace("_", " "), text=text, source_type="book",
+                       language=language, meta={"book": book, "source": path.name})
+
+
+def _jsonl(path: Path, report: SkipReport) -> Iterator[tuple[int, dict]]:
+    for lineno, line in _lines(path, report):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            report.problem(path, lineno, None, "invalid JSON", exc.msg)
+            continue
+        if not isinstance(obj, dict):
+            report.problem(path, lineno, None, "invalid JSON", "expected an object")
+            continue
+        yield lineno, obj
+
+
+def _text_fields(obj: dict, names: dict[str, str], path: Path, line: int, report: SkipReport,
+                 optional: tuple[str, ...] = ()) -> dict[str, str] | None:
+    """``{our_name: obj[their_name]}``; a missing or blank required field is reported and gives None."""
+    out = {}
+    for ours, theirs in names.items():
+        value = obj.get(theirs)
+        if value is None and ours in optional:
+            value = ""
+        if not isinstance(value, (str, int)) or (ours not in optional and not str(value).strip()):
+            reason = "missing field" if value is None else "empty document" if ours == "text" else "invalid field"
+            report.problem(path, line, theirs, reason)
+            return None
+        out[ours] = str(value)
+    return out
+
+
+def medrag_jsonl(paths: str, base: Path, report: SkipReport, source_type: str = "book",
+                 language: str = "en") -> Iterator[Document]:
+    """MedRAG corpora (``MedRAG/textbooks``, ``pubmed``, ``wikipedia``): ``id, title, content``."""
+    for path in _files(paths, base):
+        for line, obj in _jsonl(path, report):
+            f = _text_fields(obj, {"doc_id": "id", "title": "title", "text": "content"}, path, line, report,
+                             optional=("title",))
+            if f:
+                meta = {"source": f"{path.name}:{line}"}
+                if source_type == "paper" and obj.get("PMID"):
+                    meta["pmid"] = str(obj["PMID"])
+                yield Document(source_type=source_type, language=language, meta=meta, **f)
+
+
+def meditron_guidelines(paths: str, base: Path, report: SkipReport, language: str = "en") -> Iterator[Document]:
+    """MEDITRON guidelines (``epfl-llm/guidelines``): ``id, source, title, clean_text``; level fixed at 3."""
+    for path in _files(paths, base):
+        for line, obj in _jsonl(path, report):
+            f = _text_fields(obj, {"doc_id": "id", "title": "title", "text": "clean_text"}, path, line, report,
+                             optional=("title",))
+            if f:
+                yield Document(source_type="guideline", language=language, evidence_level=GUIDELINE_LEVEL,
+                               meta={"publisher": obj.get("source"), "source": f"{path.name}:{line}"}, **f)
+
+
+def pubmedqa_contexts(paths: str, base: Path, report: SkipReport) -> Iterator[Document]:
+    """PubMedQA abstracts as ``paper`` documents keyed by PMID (contexts + conclusion)."""
+    for path in _files(paths, base):
+        text = "\n".join(t for _, t in _lines(path, report))
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            report.problem(path, exc.lineno, None, "invalid JSON", exc.msg)
+            continue
+        for pmid, obj in data.items():
+            contexts = obj.get("CONTEXTS")
+            if not contexts:
+                report.problem(path, 1, f"{pmid}.CONTEXTS", "empty document")
+                continue
+            body = "\n".join([*contexts, obj.get("LONG_ANSWER", "")]).strip()
+            yield Document(doc_id=f"pmid:{pmid}", title=f"PMID {pmid}", text=body, source_type="paper",
+                           language="en", meta={"pmid": str(pmid), "year": obj.get("YEAR")})
+
+
+def generic_jsonl(paths: str, base: Path, report: SkipReport, source_type: str | None = None,
+                  language: str = "en") -> Iterator[Document]:
+    """Our own schema: ``doc_id, text`` required; ``title, source_type, language, evidence_level, meta``."""
+    for path in _files(paths, base):
+        for line, obj in _jsonl(path, report):
+            f = _text_fields(obj, {"doc_id": "doc_id", "title": "title", "text": "text"}, path, line, report,
+                             optional=("title",))
+            if not f:
+                continue
+            kind = obj.get("source_type", source_type)
+            if kind is None:
+                report.problem(path, line, "source_type", "missing field")
+                continue
+            try:
+                yield Document(source_type=kind, language=obj.get("language", language),
+                               evidence_level=obj.get("evidence_level"),
+                               meta={**(obj.get("meta") or {}), "source": f"{path.name}:{line}"}, **f)
+            except ValueError as exc:
+                report.problem(path, line, "source_type", "invalid field", str(exc))
+
+
+READERS = {
+    "medqa_textbooks": medqa_textbooks,
+    "medrag_jsonl": medrag_jsonl,
+    "meditron_guidelines": meditron_guidelines,
+    "pubmedqa_contexts": pubmedqa_contexts,
+    "generic_jsonl": generic_jsonl,
+}

@@ -1,0 +1,108 @@
+"""The on-disk corpus of a built index: documents as JSON lines with a byte-offset table (random access
+without loading the corpus), and the passage table (document row, character start, end).
+
+    corpus/docs.jsonl          one Document per line, in build order
+    corpus/docs.offsets.npy    int64 byte offset of each line (n_docs + 1 entries)
+    corpus/passages.npy        structured array: doc (int32), start (int64), end (int64)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError
+from .document import Document
+
+PASSAGE_DTYPE = np.dtype([("doc", "<i4"), ("start", "<i8"), ("end", "<i8")])
+
+
+def atomic_save_npy(path: Path, array: np.ndarray) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        np.save(fh, array, allow_pickle=False)
+    os.replace(tmp, path)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_corpus(folder: Path, docs: list[Document], spans: list[list[tuple[int, int]]]) -> str:
+    """Write documents and passages atomically; return the corpus content hash."""
+    folder.mkdir(parents=True, exist_ok=True)
+    offsets = [0]
+    tmp = folder / "docs.jsonl.tmp"
+    with open(tmp, "wb") as fh:
+        for doc in docs:
+            line = (json.dumps(doc.to_json(), ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
+            fh.write(line)
+            offsets.append(offsets[-1] + len(line))
+    passages = np.array([(i, s, e) for i, doc_spans in enumerate(spans) for s, e in doc_spans], dtype=PASSAGE_DTYPE)
+    atomic_save_npy(folder / "docs.offsets.npy", np.asarray(offsets, dtype="<i8"))
+    atomic_save_npy(folder / "passages.npy", passages)
+    os.replace(tmp, folder / "docs.jsonl")
+    h = hashlib.sha256()
+    for name in ("docs.jsonl", "passages.npy"):
+        h.update(file_sha256(folder / name).encode())
+    return h.hexdigest()
+
+
+class CorpusStore:
+    """Read-only access to a built corpus; documents are read from disk on demand."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        try:
+            self.offsets = np.load(folder / "docs.offsets.npy", mmap_mode="r")
+            self.passages = np.load(folder / "passages.npy", mmap_mode="r")
+        except FileNotFoundError as exc:
+            raise DataError(f"incomplete corpus in {folder}: {exc.filename} is missing; rebuild the index") from None
+        self._fh = open(folder / "docs.jsonl", "rb")
+        self._cache: dict[int, Document] = {}
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.offsets) - 1
+
+    def doc(self, row: int) -> Document:
+        if row not in self._cache:
+            start, end = int(self.offsets[row]), int(self.offsets[row + 1])
+            self._fh.seek(start)
+            self._cache[row] = Document.from_json(json.loads(self._fh.read(end - start)))
+        return self._cache[row]
+
+    def passage_text(self, pid: int) -> str:
+        row, start, end = self.passages[pid]
+        return self.doc(int(row)).text[int(start):int(end)]
+
+    def passage_texts(self, pids) -> list[str]:
+        return [self.passage_text(int(p)) for p in pids]
+
+    def iter_docs(self):
+        self._fh.seek(0)
+        for line in self._fh:
+            yield Document.from_json(json.loads(line))
+
+    def doc_passage_ranges(self) -> np.ndarray:
+        """``[first, last + 1)`` passage rows of each document (passages are stored grouped by document)."""
+        docs = np.asarray(self.passages["doc"])
+        starts = np.searchsorted(docs, np.arange(self.n_docs + 1), side="left")
+        return np.stack([starts[:-1], starts[1:]], axis=1)
+
+    def close(self) -> None:
+        self._fh.close()

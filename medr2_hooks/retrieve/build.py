@@ -1,0 +1,174 @@
+"""Resumable index builds from a recipe.
+
+    <cache>/indexes/<name>/
+        corpus/          documents, passages (corpus.json marks the stage done)
+        dense/           emb-*.npy shards (shards.json: their identity), index.faiss
+        bm25/            bm25s index
+        splade/          docs.npz (CSR)
+        manifest.json    recipe, hashes, encoder fingerprint, factory, counts, file hashes (written last)
+        build_report.json  stage timings, peak RSS, bytes, skipped input (not part of the index identity)
+
+Every file is written to a temporary name and renamed, and each stage checks what is already done, so a build
+killed at any point and restarted ends with the same bytes as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+
+from .. import settings
+from ..corpus import segment
+from ..corpus.document import Document, SkipReport
+from ..corpus.recipe import Recipe
+from ..corpus.sources import READERS
+from ..corpus.store import CorpusStore, atomic_write_text, file_sha256, write_corpus
+
+
+def index_dir(name: str) -> Path:
+    return settings.cache_dir() / "indexes" / name
+
+
+def read_sources(recipe: Recipe, report: SkipReport) -> list[Document]:
+    docs: list[Document] = []
+    seen: set[str] = set()
+    for source in recipe.sources:
+        base = recipe.base_dir(source)
+        for pattern in source.path_list():
+            for doc in READERS[source.reader](pattern, base, report, **source.options):
+                if doc.doc_id in seen:
+                    where, _, line = str(doc.meta.get("source", pattern)).rpartition(":")
+                    report.problem(base / (where or pattern), int(line) if line.isdigit() else 0, "doc_id",
+                                   "duplicate doc_id", doc.doc_id)
+                    continue
+                seen.add(doc.doc_id)
+                docs.append(doc)
+    return docs
+
+
+def _corpus_identity(recipe: Recipe) -> str:
+    spec = {"sources": [asdict(s) for s in recipe.sources], "segmentation": asdict(recipe.segmentation),
+            "strict": recipe.strict}
+    return json.dumps(spec, sort_keys=True)
+
+
+def build_corpus(recipe: Recipe, folder: Path, log=print) -> dict:
+    marker = folder / "corpus.json"
+    identity = _corpus_identity(recipe)
+    if marker.exists():
+        done = json.loads(marker.read_text())
+        if done.get("identity") == identity:
+            log(f"corpus: up to date ({done['documents']} documents, {done['passages']} passages)")
+            return done
+    report = SkipReport(strict=recipe.strict)
+    raw = read_sources(recipe, report)
+    tokens = segment.Tokens(recipe.segmentation.tokenizer)
+    docs = segment.chapter_documents(raw, recipe.segmentation, tokens)
+    spans = segment.passages([d.text for d in docs], recipe.segmentation, tokens)
+    corpus_hash = write_corpus(folder, docs, spans)
+    pmids: dict[str, list[int]] = {}
+    for row, doc in enumerate(docs):
+        if doc.meta.get("pmid"):
+            pmids.setdefault(str(doc.meta["pmid"]), []).append(row)
+    atomic_write_text(folder / "lookup.json", json.dumps({"pmid": pmids}, sort_keys=True))
+    done = {"identity": identity, "corpus_hash": corpus_hash, "source_documents": len(raw), "documents": len(docs),
+            "passages": sum(map(len, spans)), "skipped": report.to_json()}
+    atomic_write_text(marker, json.dumps(done, indent=1, sort_keys=True))
+    log(f"corpus: {len(raw)} source documents -> {len(docs)} documents, {done['passages']} passages"
+        + (f", skipped {report.total}" if report.total else ""))
+    return done
+
+
+def build_dense(recipe: Recipe, store: CorpusStore, folder: Path, corpus_hash: str, log=print) -> dict:
+    from tqdm.auto import tqdm
+
+    from .dense import build_faiss, encode_shards
+    from .encoders import DenseEncoder
+
+    cfg = recipe.dense
+    encoder = DenseEncoder(cfg.encoder, cfg.pooling, cfg.query_instruction, cfg.max_length, cfg.batch_size)
+    n = len(store.passages)
+    identity = {"encoder": encoder.fingerprint, "corpus_hash": corpus_hash, "shard_size": cfg.shard_size}
+    with tqdm(total=n, desc="dense: encoding passages", unit="passage", mininterval=5) as bar:
+        shards = encode_shards(folder, n, lambda s, e: store.passage_texts(range(s, e)), encoder.encode_corpus,
+                               cfg.shard_size, identity, progress=bar)
+    ntotal = build_faiss(shards, encoder.dim, cfg.factory, folder / "index.faiss", cfg.train_size)
+    log(f"dense: {ntotal} vectors of {encoder.dim} dims, FAISS {cfg.factory}")
+    return {"encoder": encoder.fingerprint, "factory": cfg.factory, "metric": "inner_product", "ntotal": ntotal}
+
+
+def build_sparse_bm25(recipe: Recipe, store: CorpusStore, folder: Path, log=print) -> dict:
+    from .sparse import build_bm25
+
+    cfg = recipe.bm25
+    build_bm25(store.passage_texts(range(len(store.passages))), folder, cfg.k1, cfg.b, cfg.method, cfg.stopwords)
+    log(f"bm25: {len(store.passages)} passages (bm25s, k1={cfg.k1}, b={cfg.b})")
+    return asdict(cfg)
+
+
+def build_sparse_splade(recipe: Recipe, store: CorpusStore, folder: Path, log=print) -> dict:
+    from .sparse import SpladeEncoder, save_csr
+
+    cfg = recipe.splade
+    encoder = SpladeEncoder(cfg.model, cfg.max_length, cfg.query_max_length, cfg.batch_size)
+    folder.mkdir(parents=True, exist_ok=True)
+    matrix = encoder.encode(store.passage_texts(range(len(store.passages))))
+    save_csr(folder / "docs.npz", matrix)
+    log(f"splade: {matrix.shape[0]} passages, {matrix.nnz / max(matrix.shape[0], 1):.0f} non-zeros per passage")
+    from .encoders import weights_revision
+
+    return {**asdict(cfg), "revision": weights_revision(encoder.tokenizer.name_or_path)}
+
+
+def build(recipe: Recipe, folder: Path | None = None, log=print) -> dict:
+    """Build (or finish building) the index of ``recipe``; returns the manifest."""
+    folder = folder or index_dir(recipe.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+
+    def timed(stage, fn, *args):
+        t = time.perf_counter()
+        out = fn(*args, log=log)
+        timings[stage] = round(time.perf_counter() - t, 2)
+        return out
+
+    corpus = timed("corpus", build_corpus, recipe, folder / "corpus")
+    store = CorpusStore(folder / "corpus")
+    manifest = {"name": recipe.name, "recipe": recipe.to_json(), "recipe_hash": recipe.hash(),
+                "corpus_hash": corpus["corpus_hash"],
+                "counts": {k: corpus[k] for k in ("source_documents", "documents", "passages")},
+                "skipped": corpus["skipped"]["skipped"]}
+    if recipe.dense:
+        manifest["dense"] = timed("dense", build_dense, recipe, store, folder / "dense", corpus["corpus_hash"])
+    if recipe.bm25:
+        manifest["bm25"] = timed("bm25", build_sparse_bm25, recipe, store, folder / "bm25")
+    if recipe.splade:
+        manifest["splade"] = timed("splade", build_sparse_splade, recipe, store, folder / "splade")
+    store.close()
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in ("manifest.json", "build_report.json")
+                   and ".tmp" not in p.name)
+    manifest["files"] = {str(p.relative_to(folder)): file_sha256(p) for p in files}
+    atomic_write_text(folder / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
+    report = {"timings_s": timings, "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+              "bytes": {k: (folder / k).stat().st_size for k in manifest["files"]},
+              "index_bytes": sum((folder / k).stat().st_size for k in manifest["files"]), "skipped": corpus["skipped"]}
+    atomic_write_text(folder / "build_report.json", json.dumps(report, indent=1, sort_keys=True))
+    log(f"index {recipe.name}: {manifest['counts']['documents']} documents, {manifest['counts']['passages']} passages, "
+        f"{report['index_bytes'] / 1e6:.1f} MB in {folder}; stages {timings}; peak RSS {report['peak_rss_mb']:.0f} MB")
+    return manifest
+
+
+def load_manifest(folder: Path) -> dict:
+    path = folder / "manifest.json"
+    if not path.exists():
+        from ..errors import Medr2Error
+
+        raise Medr2Error(f"no built index in {folder} (manifest.json missing): run medr2 index build <recipe>")
+    return json.loads(path.read_text())
+
+
+__all__ = ["build", "index_dir", "load_manifest", "read_sources"]

@@ -1,0 +1,67 @@
+"""Dense encoder: FlagEmbedding's ``FlagModel`` (the BGE reference implementation) for any BERT-style
+encoder — CLS pooling + BGE query instruction for ``BAAI/bge-large-en-v1.5``, mean pooling for the embedded
+all-MiniLM-L6-v2. Embeddings are L2-normalised, so inner product is cosine similarity.
+
+The fingerprint (model id, weights revision, pooling, instruction, length) is written to the index manifest;
+a search whose query encoder has another fingerprint is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from ..llm.embedded import resolve
+
+
+@lru_cache(maxsize=8)
+def weights_revision(path: str) -> str:
+    """A local model folder's content hash (config + weights), or the hub commit for hub ids."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return "hub"
+    h = hashlib.sha256()
+    for name in sorted(p.name for p in folder.iterdir() if p.suffix in (".json", ".safetensors", ".bin", ".txt")):
+        with open(folder / name, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                h.update(block)
+    return h.hexdigest()[:16]
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class DenseEncoder:
+    def __init__(self, name: str, pooling: str = "mean", query_instruction: str | None = None,
+                 max_length: int = 256, batch_size: int = 32, device: str | None = None):
+        from FlagEmbedding import FlagModel
+
+        self.name, self.pooling, self.query_instruction = name, pooling, query_instruction
+        self.max_length, self.batch_size = max_length, batch_size
+        self.path = resolve(name)
+        device = device or default_device()
+        self.model = FlagModel(self.path, pooling_method=pooling, normalize_embeddings=True,
+                               use_fp16=device.startswith("cuda"), devices=device,
+                               query_instruction_for_retrieval=query_instruction, batch_size=batch_size,
+                               query_max_length=max_length, passage_max_length=max_length)
+        self.dim = int(self.model.model.config.hidden_size)
+
+    @property
+    def fingerprint(self) -> dict:
+        revision = weights_revision(self.path)
+        if revision == "hub":
+            revision = getattr(self.model.model.config, "_commit_hash", None) or "hub"
+        return {"id": self.name, "revision": revision, "pooling": self.pooling, "dim": self.dim,
+                "query_instruction": self.query_instruction, "max_length": self.max_length}
+
+    def encode_corpus(self, texts: list[str]) -> np.ndarray:
+        return np.ascontiguousarray(self.model.encode_corpus(texts, batch_size=self.batch_size), dtype=np.float32)
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return np.ascontiguousarray(self.model.encode_queries(texts, batch_size=self.batch_size), dtype=np.float32)

@@ -1,0 +1,158 @@
+"""Batched hybrid search over a built index.
+
+>>> s = Searcher.open("textbooks")
+>>> hits = s.search(["Philadelphia chromosome in CML"], k=10)   # one ranked list per query
+>>> hits[0][0].doc_id, hits[0][0].scores                       # {"dense": 0.71, "bm25": 12.3}
+
+Queries are only the text given (callers pass the question, never options or answers). ``exclude_pmids``
+removes a question's own article (PubMedQA) per query. ``unit="passage"`` returns passages,
+``unit="document"`` documents scored by their best passage.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import Medr2Error
+from .build import index_dir, load_manifest
+from .hybrid import RRF_K, best_per_document, fuse
+
+UNITS = ("passage", "document")
+RETRIEVERS = ("dense", "bm25", "splade")
+
+
+@dataclass(frozen=True)
+class Hit:
+    doc_id: str
+    title: str
+    source_type: str
+    language: str
+    evidence_level: int | None
+    meta: dict
+    passage: int  # passage row (for a document unit: its best passage)
+    start: int  # character span of that passage in the document
+    end: int
+    text: str  # the passage (passage unit) or the whole document (document unit)
+    scores: dict[str, float] = field(default_factory=dict)
+    ranks: dict[str, int] = field(default_factory=dict)
+    fused: float = 0.0
+
+    def to_json(self, with_text: bool = True) -> dict:
+        out = {"doc_id": self.doc_id, "title": self.title, "source_type": self.source_type,
+               "language": self.language, "evidence_level": self.evidence_level, "meta": self.meta,
+               "passage": self.passage, "start": self.start, "end": self.end, "scores": self.scores,
+               "ranks": self.ranks, "fused": self.fused}
+        if with_text:
+            out["text"] = self.text
+        return out
+
+
+class Searcher:
+    def __init__(self, folder: Path, retrievers: tuple[str, ...] | None = None, query_encoder=None):
+        from ..corpus.store import CorpusStore
+
+        self.folder = folder
+        self.manifest = load_manifest(folder)
+        available = tuple(r for r in RETRIEVERS if r in self.manifest)
+        self.retrievers = tuple(retrievers or available)
+        missing = [r for r in self.retrievers if r not in available]
+        if missing:
+            raise Medr2Error(f"index {self.manifest['name']} has no {missing[0]} retriever; it has: {', '.join(available)}")
+        self.store = CorpusStore(folder / "corpus")
+        self.passage_doc = np.asarray(self.store.passages["doc"])
+        self.ranges = self.store.doc_passage_ranges()
+        lookup = folder / "corpus" / "lookup.json"
+        self.pmid_rows = json.loads(lookup.read_text())["pmid"] if lookup.exists() else {}
+        self._query_encoder = query_encoder
+        self._dense = self._bm25 = self._splade = None
+
+    @classmethod
+    def open(cls, name_or_folder: str | Path, **kwargs) -> "Searcher":
+        path = Path(name_or_folder)
+        return cls(path if (path / "manifest.json").exists() else index_dir(str(name_or_folder)), **kwargs)
+
+    # -- retrievers (loaded on first use) -------------------------------------------------------------
+    def query_encoder(self):
+        from .encoders import DenseEncoder
+
+        built = self.manifest["dense"]["encoder"]
+        if self._query_encoder is None:
+            dense = self.manifest["recipe"]["dense"]
+            self._query_encoder = DenseEncoder(dense["encoder"], dense["pooling"], dense["query_instruction"],
+                                               dense["max_length"], dense["batch_size"])
+        if self._query_encoder.fingerprint != built:
+            raise Medr2Error(f"index {self.manifest['name']} was built with encoder {built}; refusing to search it "
+                             f"with {self._query_encoder.fingerprint}")
+        return self._query_encoder
+
+    def _ranked(self, name: str, queries: list[str], depth: int) -> tuple[np.ndarray, np.ndarray]:
+        if name == "dense":
+            if self._dense is None:
+                from .dense import DenseIndex
+
+                self._dense = DenseIndex(self.folder / "dense" / "index.faiss")
+            return self._dense.search(self.query_encoder().encode_queries(queries), depth)
+        if name == "bm25":
+            if self._bm25 is None:
+                from .sparse import BM25Index
+
+                self._bm25 = BM25Index(self.folder / "bm25", self.manifest["bm25"]["stopwords"])
+            return self._bm25.search(queries, depth)
+        if self._splade is None:
+            from .sparse import SpladeEncoder, SpladeIndex
+
+            cfg = self.manifest["splade"]
+            encoder = SpladeEncoder(cfg["model"], cfg["max_length"], cfg["query_max_length"], cfg["batch_size"])
+            self._splade = SpladeIndex(self.folder / "splade" / "docs.npz", encoder)
+        return self._splade.search(queries, depth)
+
+    # -- search ---------------------------------------------------------------------------------------
+    def _excluded_rows(self, pmid: str | None) -> set[int]:
+        return set(self.pmid_rows.get(str(pmid), [])) if pmid else set()
+
+    def search(self, queries: list[str], k: int = 10, unit: str = "passage", fusion: str = "union",
+               depth: int | None = None, exclude_pmids: list[str | None] | None = None,
+               rrf_k: int = RRF_K) -> list[list[Hit]]:
+        """Per query, the fused hits. ``union``: each retriever's top ``k`` merged (up to ``k`` × retrievers);
+        ``rrf``: the top ``k`` by reciprocal rank fusion over each retriever's top ``depth`` (default
+        ``max(2k, 100)``)."""
+        if unit not in UNITS:
+            raise Medr2Error(f"unknown evidence unit {unit!r}; valid: {', '.join(UNITS)}")
+        if any(not q.strip() for q in queries):
+            raise Medr2Error("empty query: every query needs text")
+        exclude_pmids = exclude_pmids or [None] * len(queries)
+        if len(exclude_pmids) != len(queries):
+            raise Medr2Error("exclude_pmids needs one entry per query")
+        per = k if fusion == "union" else (depth or max(2 * k, 100))
+        excluded = [self._excluded_rows(p) for p in exclude_pmids]
+        extra = max((int(sum(self.ranges[r, 1] - self.ranges[r, 0] for r in ex)) for ex in excluded), default=0)
+        fetch = per * (4 if unit == "document" else 1) + extra  # documents: several passages each
+        ranked = {name: self._ranked(name, queries, fetch) for name in self.retrievers}
+        results = []
+        for qi in range(len(queries)):
+            lists, best_passage = {}, {}
+            for name, (scores, rows) in ranked.items():
+                keep = [(int(r), float(s)) for r, s in zip(rows[qi], scores[qi])
+                        if r >= 0 and int(self.passage_doc[r]) not in excluded[qi]]
+                if unit == "document":
+                    best = best_per_document(np.array([r for r, _ in keep], dtype=np.int64),
+                                             np.array([s for _, s in keep]), self.passage_doc, per)
+                    lists[name] = [(doc, score) for doc, score, _ in best]
+                    for doc, _, passage in best:
+                        best_passage.setdefault(doc, passage)  # first retriever in RETRIEVERS order wins
+                else:
+                    lists[name] = keep[:per]
+            fused = fuse(lists, fusion, k, rrf_k)
+            results.append([self._hit(f, best_passage[f.key] if unit == "document" else f.key, unit) for f in fused])
+        return results
+
+    def _hit(self, fused, passage: int, unit: str) -> Hit:
+        row, start, end = (int(x) for x in self.store.passages[passage])
+        doc = self.store.doc(row)
+        text = doc.text if unit == "document" else doc.text[start:end]
+        return Hit(doc.doc_id, doc.title, doc.source_type, doc.language, doc.evidence_level, doc.meta, passage,
+                   start, end, text, fused.scores, fused.ranks, round(fused.fused, 6))

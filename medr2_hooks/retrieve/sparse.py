@@ -1,0 +1,126 @@
+"""Sparse retrievers.
+
+- BM25 through bm25s (the embedded default): documents and queries go through the same tokenizer
+  (:func:`bm25_tokenize`), the index is saved with bm25s' own format and memory-mapped for search.
+- SPLADE (``naver/splade-v3`` by hub id): masked-LM logits, ``w_j = max_i log(1 + relu(logit_ij))`` over the
+  attended tokens, vocabulary-sized sparse vectors, dot-product scoring as a CSR matrix product.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from ..llm.embedded import resolve
+
+
+def bm25_tokenize(texts: list[str], stopwords: str = "en") -> list[list[str]]:
+    import bm25s
+
+    return bm25s.tokenize(texts, lower=True, stopwords=stopwords, return_ids=False, show_progress=False)
+
+
+def build_bm25(texts: list[str], folder: Path, k1: float, b: float, method: str, stopwords: str) -> None:
+    import bm25s
+
+    retriever = bm25s.BM25(k1=k1, b=b, method=method)
+    retriever.index(bm25_tokenize(texts, stopwords), show_progress=False)
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    retriever.save(str(tmp), show_progress=False)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+
+
+class BM25Index:
+    def __init__(self, folder: Path, stopwords: str = "en"):
+        import bm25s
+
+        self.retriever = bm25s.BM25.load(str(folder), mmap=True, show_progress=False)
+        self.stopwords = stopwords
+        self.n_docs = int(self.retriever.scores["num_docs"])
+
+    def search(self, queries: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, rows)``, each ``[n_queries, k]``; a query with no known term gets rows -1."""
+        k = min(k, self.n_docs)
+        tokens = bm25_tokenize(queries, self.stopwords)
+        rows = np.full((len(queries), k), -1, dtype=np.int64)
+        scores = np.zeros((len(queries), k), dtype=np.float32)
+        known = [i for i, t in enumerate(tokens) if self.retriever.get_tokens_ids(t)]
+        if known:
+            res_rows, res_scores = self.retriever.retrieve([tokens[i] for i in known], k=k, show_progress=False,
+                                                           n_threads=0)
+            rows[known], scores[known] = res_rows, res_scores
+        return scores, rows
+
+
+class SpladeEncoder:
+    """SPLADE document/query encoder on any masked-LM checkpoint (weights from the hub or a local folder)."""
+
+    def __init__(self, name: str, max_length: int = 512, query_max_length: int = 256, batch_size: int = 16,
+                 device: str | None = None):
+        import torch
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        from .encoders import default_device
+
+        self.name, self.max_length, self.query_max_length, self.batch_size = name, max_length, query_max_length, batch_size
+        path = resolve(name)
+        self.device = device or default_device()
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModelForMaskedLM.from_pretrained(path).to(self.device).eval()
+        self.vocab_size = int(self.model.config.vocab_size)
+        self._torch = torch
+
+    def encode(self, texts: list[str], query: bool = False):
+        """CSR matrix ``[len(texts), vocab_size]`` of SPLADE weights."""
+        from scipy import sparse
+
+        torch = self._torch
+        max_length = self.query_max_length if query else self.max_length
+        blocks = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = self.tokenizer(texts[start:start + self.batch_size], padding=True, truncation=True,
+                                   max_length=max_length, return_tensors="pt").to(self.device)
+            with torch.no_grad():
+                logits = self.model(**batch).logits
+            weights = torch.log1p(torch.relu(logits)) * batch["attention_mask"].unsqueeze(-1)
+            pooled = weights.max(dim=1).values.float().cpu().numpy()
+            blocks.append(sparse.csr_matrix(pooled))
+        if not blocks:
+            return sparse.csr_matrix((0, self.vocab_size), dtype=np.float32)
+        return sparse.vstack(blocks, format="csr").astype(np.float32)
+
+
+def save_csr(path: Path, matrix) -> None:
+    from scipy import sparse
+
+    tmp = path.with_name(path.name + ".tmp.npz")
+    sparse.save_npz(tmp, matrix, compressed=False)
+    os.replace(tmp, path)
+
+
+class SpladeIndex:
+    def __init__(self, path: Path, encoder: SpladeEncoder):
+        from scipy import sparse
+
+        self.docs = sparse.load_npz(path).tocsr()
+        self.encoder = encoder
+
+    def search(self, queries: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        q = self.encoder.encode(queries, query=True)
+        scores = np.asarray((self.docs @ q.T).todense(), dtype=np.float32).T  # [n_queries, n_docs]
+        return top_k(scores, k)
+
+
+def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row-wise top-k of a dense score matrix, sorted by descending score (ties: lower row first)."""
+    k = min(k, scores.shape[1])
+    part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    part_scores = np.take_along_axis(scores, part, axis=1)
+    order = np.lexsort((part, -part_scores), axis=1)
+    rows = np.take_along_axis(part, order, axis=1)
+    return np.take_along_axis(scores, rows, axis=1), rows
