@@ -1,1 +1,1 @@
-"""The ``medr2`` console script: sub-commands ``data``, ``eval``, ``models``, ``tasks``."""
+"""The ``medr2`` console script: sub-commands ``data``, ``eval``, ``index``, ``models``, ``tasks``."""

@@ -5,7 +5,9 @@ and character span, so a document's score can be the best of its passages.
 
 Headings are the textbooks' own short title lines (a line of at most ``HEADING_MAX_WORDS`` words with no
 sentence-final punctuation, not a figure or table caption). Sections shorter than ``min_doc_tokens`` are
-merged into the section that follows, so a heading never stands alone as a document.
+merged into the section that follows (the last one into the one before), so a heading never stands alone
+as a document. Passages start and end on word boundaries, so re-tokenizing a passage gives at most
+``passage_tokens`` tokens.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass, replace
 
 from .document import Document
 
+# Bump when a change here alters the segments: built corpora record it and rebuild on a mismatch.
+SEGMENTER_VERSION = 2
 HEADING_MAX_WORDS = 12
 _SENTENCE_END = tuple(".,;:!。；：，！、")
 _CAPTION = re.compile(r"^(fig(ure)?|table|box)\.?\s*\d", re.IGNORECASE)
@@ -103,6 +107,9 @@ def chapter_documents(docs: list[Document], seg: Segmentation, tokens: Tokens) -
                 g_title, g_start, _, g_size = groups.pop()
                 title, start, size = g_title or title, g_start, g_size + size
             groups.append((title, start, end, size))
+        if len(groups) > 1 and groups[-1][3] < seg.min_doc_tokens:  # a short last section joins the one before
+            (title, start, _, size), (_, _, end, last) = groups[-2], groups[-1]
+            groups[-2:] = [(title, start, end, size + last)]
         merged = []
         for title, start, end, size in groups:
             spans = tokens.spans([doc.text[start:end]])[0] if size > seg.max_doc_tokens else []
@@ -120,19 +127,34 @@ def chapter_documents(docs: list[Document], seg: Segmentation, tokens: Tokens) -
     return out
 
 
+def _word_starts(text: str, spans: list[tuple[int, int]]) -> list[bool]:
+    """Whether each token begins a word (not a sub-word continuation glued to the previous token)."""
+    out = []
+    for i, (start, _) in enumerate(spans):
+        glued = i > 0 and start == spans[i - 1][1] and text[start - 1:start].isalnum() and text[start:start + 1].isalnum()
+        out.append(not glued)
+    return out
+
+
 def passages(texts: list[str], seg: Segmentation, tokens: Tokens) -> list[list[tuple[int, int]]]:
     """Per text, the character spans of overlapping passages of at most ``passage_tokens`` tokens."""
     step = seg.passage_tokens - seg.passage_overlap
     out = []
     for text, spans in zip(texts, tokens.spans(texts)):
-        if not spans:
-            out.append([])
-            continue
-        windows = []
-        for first in range(0, len(spans), step):
+        starts = _word_starts(text, spans)
+        windows, first = [], 0
+        while first < len(spans):
             last = min(first + seg.passage_tokens, len(spans)) - 1
+            while last + 1 < len(spans) and not starts[last + 1] and last > first:
+                last -= 1  # do not cut a word: end before its first sub-word token
+            if last + 1 < len(spans) and not starts[last + 1]:
+                last = min(first + seg.passage_tokens, len(spans)) - 1  # one word longer than a window: cut it
             windows.append((spans[first][0], spans[last][1]))
             if last == len(spans) - 1:
                 break
+            nxt = max(first + 1, min(first + step, last + 1 - seg.passage_overlap))
+            while nxt < last and not starts[nxt]:
+                nxt += 1
+            first = nxt
         out.append(windows)
     return out

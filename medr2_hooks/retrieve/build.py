@@ -52,7 +52,7 @@ def read_sources(recipe: Recipe, report: SkipReport) -> list[Document]:
 
 def _corpus_identity(recipe: Recipe) -> str:
     spec = {"sources": [asdict(s) for s in recipe.sources], "segmentation": asdict(recipe.segmentation),
-            "strict": recipe.strict}
+            "strict": recipe.strict, "segmenter_version": segment.SEGMENTER_VERSION}
     return json.dumps(spec, sort_keys=True)
 
 

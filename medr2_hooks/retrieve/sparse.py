@@ -26,8 +26,13 @@ def bm25_tokenize(texts: list[str], stopwords: str = "en") -> list[list[str]]:
 def build_bm25(texts: list[str], folder: Path, k1: float, b: float, method: str, stopwords: str) -> None:
     import bm25s
 
+    tokens = bm25_tokenize(texts, stopwords)
+    # bm25s numbers its vocabulary in set order, which changes with Python's hash seed; a sorted vocabulary
+    # makes the saved index byte-identical from one build to the next.
+    vocab = {term: i for i, term in enumerate(sorted({t for doc in tokens for t in doc}))}
+    ids = [[vocab[t] for t in doc] for doc in tokens]
     retriever = bm25s.BM25(k1=k1, b=b, method=method)
-    retriever.index(bm25_tokenize(texts, stopwords), show_progress=False)
+    retriever.index(bm25s.tokenization.Tokenized(ids=ids, vocab=vocab), show_progress=False)
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     retriever.save(str(tmp), show_progress=False)

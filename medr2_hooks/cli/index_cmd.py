@@ -1,0 +1,80 @@
+"""``medr2 index build|info|search``: evidence indexes built from recipes in ``index/``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    build = sub.add_parser("build", help="build (or resume building) an index from a recipe",
+                           description="Recipes: a YAML path, or a name from index/ (textbooks, textbooks_demo, "
+                           "textbooks_bge, medcorp). Built indexes live in $MEDR2_CACHE_DIR/indexes/<name>/.")
+    build.add_argument("recipe", help="recipe name or YAML path")
+    build.add_argument("--lenient", action="store_true", help="skip and count bad input instead of failing")
+    info = sub.add_parser("info", help="print an index's manifest summary")
+    info.add_argument("name", help="index name or folder")
+    info.add_argument("--json", action="store_true", help="print the whole manifest")
+    search = sub.add_parser("search", help="hybrid search")
+    search.add_argument("name", help="index name or folder")
+    search.add_argument("query", nargs="+", help="query text (several queries are searched as one batch)")
+    search.add_argument("-k", type=int, default=10, help="per-retriever top k (union) or final k (rrf)")
+    search.add_argument("--fusion", choices=["union", "rrf"], default="union")
+    search.add_argument("--unit", choices=["passage", "document"], default="passage")
+    search.add_argument("--retrievers", help="comma-separated subset of dense,bm25,splade (default: all built)")
+    search.add_argument("--exclude-pmid", action="append", help="exclude this PMID's article (one per query)")
+    search.add_argument("--json", action="store_true", help="print hits as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "build":
+        import dataclasses
+
+        from ..corpus.recipe import load_recipe
+        from ..retrieve.build import build
+
+        recipe = load_recipe(args.recipe)
+        if args.lenient:
+            recipe = dataclasses.replace(recipe, strict=False)
+        build(recipe)
+        return 0
+    if args.action == "info":
+        from pathlib import Path
+
+        from ..retrieve.build import index_dir, load_manifest
+
+        folder = Path(args.name) if Path(args.name, "manifest.json").exists() else index_dir(args.name)
+        manifest = load_manifest(folder)
+        if args.json:
+            print(json.dumps(manifest, indent=1))
+            return 0
+        print(f"index     {manifest['name']}  ({folder})")
+        print(f"recipe    {manifest['recipe_hash'][:16]}  corpus {manifest['corpus_hash'][:16]}")
+        print(f"counts    {manifest['counts']}  skipped {manifest['skipped'] or 'none'}")
+        if "dense" in manifest:
+            d = manifest["dense"]
+            print(f"dense     {d['encoder']['id']}@{d['encoder']['revision']} ({d['encoder']['pooling']} pooling, "
+                  f"{d['encoder']['dim']} dims), FAISS {d['factory']}, {d['ntotal']} vectors")
+        for name in ("bm25", "splade"):
+            if name in manifest:
+                print(f"{name:<9} {manifest[name]}")
+        return 0
+    from ..retrieve.searcher import Searcher
+
+    retrievers = tuple(args.retrievers.split(",")) if args.retrievers else None
+    searcher = Searcher.open(args.name, retrievers=retrievers)
+    results = searcher.search(args.query, k=args.k, unit=args.unit, fusion=args.fusion,
+                              exclude_pmids=args.exclude_pmid)
+    if args.json:
+        print(json.dumps([{"query": q, "hits": [h.to_json() for h in hits]} for q, hits in zip(args.query, results)],
+                         indent=1, ensure_ascii=False))
+        return 0
+    for query, hits in zip(args.query, results):
+        print(f"# {query}")
+        for i, h in enumerate(hits, 1):
+            scores = " ".join(f"{k}={v:.3f}" for k, v in h.scores.items())
+            book = h.meta.get("book", "")
+            print(f"{i:>3}. {h.doc_id} [{h.source_type}{' ' + book if book else ''}] {scores}")
+            print(f"     {h.text[:160].replace(chr(10), ' ')}")
+    return 0

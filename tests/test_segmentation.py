@@ -1,0 +1,92 @@
+"""Segmentation: chapter split on headings, merging of small sections, the 10k-token cut, passages."""
+
+from __future__ import annotations
+
+from medr2_hooks.corpus.document import Document
+from medr2_hooks.corpus.segment import Segmentation, Tokens, chapter_documents, is_heading, passages, sections
+
+BOOK = """Growth Adaptations
+
+I. BASIC PRINCIPLES
+
+A. An organ is in homeostasis with the physiologic stress placed on it.
+
+B. An increase in stress can result in growth adaptations.
+
+II. HYPERPLASIA AND HYPERTROPHY
+
+A. An increase in stress leads to an increase in organ size.
+
+1.
+
+Fig. 1.1 Hypertrophy of the heart.
+
+III. ATROPHY
+
+A. A decrease in stress leads to a decrease in organ size."""
+
+WS = Tokens("whitespace")
+
+
+def test_heading_rule():
+    assert is_heading("II. HYPERPLASIA AND HYPERTROPHY")
+    assert is_heading("What is anatomy?")
+    assert not is_heading("A. An organ is in homeostasis with the physiologic stress placed on it.")
+    assert not is_heading("Fig. 1.1 Hypertrophy of the heart")
+    assert not is_heading("1.")
+    assert not is_heading("")
+
+
+def test_sections_start_at_headings():
+    titles = [title for title, _, _ in sections(BOOK)]
+    assert titles == ["", "I. BASIC PRINCIPLES", "II. HYPERPLASIA AND HYPERTROPHY", "III. ATROPHY"]
+    spans = sections(BOOK)
+    assert "".join(BOOK[s:e] for _, s, e in spans) == BOOK  # sections tile the text
+
+
+def _book(text=BOOK):
+    return Document("book1", "Book One", text, "book", "en", meta={"book": "book1"})
+
+
+def test_short_document_is_kept_whole():
+    seg = Segmentation(tokenizer="whitespace", max_doc_tokens=10_000, passage_tokens=50, passage_overlap=5)
+    (doc,) = chapter_documents([_book()], seg, WS)
+    assert doc.doc_id == "book1" and doc.text == BOOK
+
+
+def test_long_document_splits_on_chapters_and_merges_small_sections():
+    seg = Segmentation(tokenizer="whitespace", min_doc_tokens=15, max_doc_tokens=40, passage_tokens=20, passage_overlap=5)
+    docs = chapter_documents([_book()], seg, WS)
+    assert [d.doc_id for d in docs] == ["book1:00001", "book1:00002"]
+    # the 2-word preface merges into the first chapter; the short last chapter joins the one before
+    assert docs[0].title == "I. BASIC PRINCIPLES" and docs[0].text.startswith("Growth Adaptations")
+    assert docs[1].title == "II. HYPERPLASIA AND HYPERTROPHY" and "III. ATROPHY" in docs[1].text
+    assert all(d.meta["parent_id"] == "book1" and d.source_type == "book" for d in docs)
+
+
+def test_what_still_exceeds_the_limit_is_cut_at_the_limit():
+    text = "Chapter One\n\n" + " ".join(f"w{i}" for i in range(250))
+    seg = Segmentation(tokenizer="whitespace", min_doc_tokens=1, max_doc_tokens=100, passage_tokens=20, passage_overlap=5)
+    docs = chapter_documents([_book(text)], seg, WS)
+    sizes = [len(d.text.split()) for d in docs]
+    assert max(sizes) <= 100 and sum(sizes) == 252
+    assert [len(d.text.split()) for d in docs][:2] == [100, 100]
+
+
+def test_passages_overlap_and_cover_the_text():
+    text = " ".join(f"t{i}" for i in range(45))
+    seg = Segmentation(tokenizer="whitespace", passage_tokens=20, passage_overlap=5)
+    (spans,) = passages([text], seg, WS)
+    words = [text[s:e].split() for s, e in spans]
+    assert [w[0] for w in words] == ["t0", "t15", "t30"]
+    assert [len(w) for w in words] == [20, 20, 15]
+    assert words[0][-5:] == words[1][:5]  # 5-token overlap
+
+
+def test_passages_fit_the_encoder_tokenizer():
+    seg = Segmentation(tokenizer="embedded:minilm", passage_tokens=254, passage_overlap=32)
+    tokens = Tokens(seg.tokenizer)
+    text = " ".join(["hyperplasia and hypertrophy of cardiac myocytes"] * 200)
+    (spans,) = passages([text], seg, tokens)
+    counts = [len(tokens.spans([text[s:e]])[0]) for s, e in spans]
+    assert max(counts) <= 254 and len(spans) > 3
