@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo test test-fast clean-results
+.PHONY: install demo test test-fast bench clean-results
 
 install: $(VENV)/.installed
 
@@ -20,10 +20,13 @@ $(VENV)/.installed: setup.cfg pyproject.toml constraints-cpu.txt
 	$(PY) -m pip install --quiet -e ".[dev]" -c constraints-cpu.txt
 	touch $@
 
-# Main job on the embedded defaults: benchmark counts, then lm-eval on a fixed slice of each QA benchmark
-# with Gemma-3-270M; results land in results/runs/, the offline W&B run in results/wandb/.
+# Main job on the embedded defaults: benchmark counts, the demo evidence index over a declared textbook
+# subset (index/textbooks_demo.yaml; resumable, cached in ~/.cache/medr2/indexes), a hybrid search, then
+# lm-eval on a fixed slice with Gemma-3-270M; results land in results/runs/, the offline W&B run in results/wandb/.
 demo: install
 	$(MEDR2) data info
+	$(MEDR2) index build textbooks_demo
+	$(MEDR2) index search textbooks_demo "Philadelphia chromosome translocation in chronic myeloid leukemia" -k 3
 	$(MEDR2) eval --tasks medqa_usmle_direct,pubmedqa_direct --limit $(LIMIT) --run_name demo-direct
 
 test: install
@@ -31,6 +34,10 @@ test: install
 
 test-fast: install
 	$(VENV)/bin/pytest -m "not slow"
+
+# Retrieval speed and memory against raw FAISS / bm25s / FlagModel (prints ratios); not part of the tests.
+bench: install
+	$(PY) bench/bench_retrieval.py --million
 
 clean-results:
 	rm -rf results/runs results/wandb

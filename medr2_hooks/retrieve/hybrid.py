@@ -36,15 +36,17 @@ def fuse(ranked: dict[str, Sequence[tuple[Hashable, float]]], mode: str = "union
         raise ValueError(f"unknown fusion {mode!r}; valid: {', '.join(FUSIONS)}")
     scores: dict[Hashable, dict[str, float]] = {}
     ranks: dict[Hashable, dict[str, int]] = {}
+    fused_score: dict[Hashable, float] = {}
     for name, items in ranked.items():
         for rank, (key, score) in enumerate(items):
-            if name in ranks.setdefault(key, {}):
-                continue  # a retriever lists each unit once; keep its best rank
-            ranks[key][name] = rank
-            scores.setdefault(key, {})[name] = float(score)
-    fused = [Fused(key, scores[key], ranks[key], sum(rrf_score(r, rrf_k) for r in ranks[key].values()))
-             for key in ranks]
-    fused.sort(key=lambda f: -f.fused)  # stable: ties keep first-seen order
+            key_ranks = ranks.get(key)
+            if key_ranks is None:
+                ranks[key], scores[key], fused_score[key] = {name: rank}, {name: float(score)}, 1.0 / (rrf_k + rank + 1)
+            elif name not in key_ranks:  # a retriever lists each unit once; keep its best rank
+                key_ranks[name], scores[key][name] = rank, float(score)
+                fused_score[key] += 1.0 / (rrf_k + rank + 1)
+    order = sorted(ranks, key=fused_score.__getitem__, reverse=True)  # stable: ties keep first-seen order
+    fused = [Fused(key, scores[key], ranks[key], fused_score[key]) for key in order]
     return fused if mode == "union" or k is None else fused[:k]
 
 

@@ -63,7 +63,10 @@ class Searcher:
         if missing:
             raise Medr2Error(f"index {self.manifest['name']} has no {missing[0]} retriever; it has: {', '.join(available)}")
         self.store = CorpusStore(folder / "corpus")
-        self.passage_doc = np.asarray(self.store.passages["doc"])
+        # The passage table as plain arrays (20 bytes a passage): hit assembly indexes them per hit.
+        self.passage_doc = np.ascontiguousarray(self.store.passages["doc"])
+        self.passage_start = np.ascontiguousarray(self.store.passages["start"])
+        self.passage_end = np.ascontiguousarray(self.store.passages["end"])
         self.ranges = self.store.doc_passage_ranges()
         lookup = folder / "corpus" / "lookup.json"
         self.pmid_rows = json.loads(lookup.read_text())["pmid"] if lookup.exists() else {}
@@ -136,8 +139,10 @@ class Searcher:
         for qi in range(len(queries)):
             lists, best_passage = {}, {}
             for name, (scores, rows) in ranked.items():
-                keep = [(int(r), float(s)) for r, s in zip(rows[qi], scores[qi])
-                        if r >= 0 and int(self.passage_doc[r]) not in excluded[qi]]
+                mask = rows[qi] >= 0
+                if excluded[qi]:
+                    mask &= ~np.isin(self.passage_doc[np.maximum(rows[qi], 0)], list(excluded[qi]))
+                keep = list(zip(rows[qi][mask].tolist(), scores[qi][mask].tolist()))
                 if unit == "document":
                     best = best_per_document(np.array([r for r, _ in keep], dtype=np.int64),
                                              np.array([s for _, s in keep]), self.passage_doc, per)
@@ -151,7 +156,7 @@ class Searcher:
         return results
 
     def _hit(self, fused, passage: int, unit: str) -> Hit:
-        row, start, end = (int(x) for x in self.store.passages[passage])
+        row, start, end = int(self.passage_doc[passage]), int(self.passage_start[passage]), int(self.passage_end[passage])
         doc = self.store.doc(row)
         text = doc.text if unit == "document" else doc.text[start:end]
         return Hit(doc.doc_id, doc.title, doc.source_type, doc.language, doc.evidence_level, doc.meta, passage,

@@ -1,0 +1,217 @@
+"""Retrieval benchmark: our layer against the raw libraries, on the same corpus and queries, in one run.
+
+    python bench/bench_retrieval.py [--index textbooks_demo] [--queries 256] [--million]
+
+Prints, as ratios (ours / raw; above 1 means we are faster):
+  dense search   Searcher (dense only, hits assembled)  vs  faiss index.search     goal >= 0.8x queries/s
+  bm25 search    Searcher (bm25 only, hits assembled)   vs  bm25s retrieve         goal >= 1.0x, identical top-k
+  encoding       DenseEncoder.encode_corpus             vs  FlagModel.encode_corpus goal >= 0.9x passages/s
+  build memory   peak RSS of a fresh build (subprocess) vs index bytes + one encoder batch   goal <= 1.2x
+and, with --million, search latency and memory of 1,000,000 synthetic 384-d vectors with Flat and IVF-PQ.
+Queries are MedQA-USMLE questions (question text only). Timings take the best of --repeat runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def best_of(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+class Precomputed:
+    """Stands in for the query encoder so both sides time search alone."""
+
+    def __init__(self, encoder, vectors):
+        self.fingerprint, self.vectors = encoder.fingerprint, vectors
+
+    def encode_queries(self, texts):
+        return self.vectors[: len(texts)]
+
+
+def rss_mb() -> float:
+    """Current resident memory (not the peak), so growth around one step can be measured."""
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def bench_dense_and_bm25(index: str, queries: list[str], k: int, repeat: int) -> dict:
+    import bm25s
+    import faiss
+
+    from medr2_hooks.retrieve.build import index_dir
+    from medr2_hooks.retrieve.searcher import Searcher
+    from medr2_hooks.retrieve.sparse import bm25_tokenize
+
+    folder = index_dir(index)
+    probe = Searcher.open(folder)
+    encoder = probe.query_encoder()
+    vectors = encoder.encode_queries(queries)
+    out = {"index": index, "passages": int(len(probe.store.passages)), "queries": len(queries), "k": k,
+           "faiss_threads": faiss.omp_get_max_threads()}
+
+    ours = Searcher.open(folder, retrievers=("dense",), query_encoder=Precomputed(encoder, vectors))
+    raw_index = faiss.read_index(str(folder / "dense" / "index.faiss"))
+    ours.search(queries[:2], k=k)  # load
+    t_ours = best_of(lambda: ours.search(queries, k=k), repeat)
+    t_raw = best_of(lambda: raw_index.search(vectors, k), repeat)
+    out["dense"] = {"ours_qps": len(queries) / t_ours, "raw_qps": len(queries) / t_raw, "ratio": t_raw / t_ours}
+
+    ours_bm25 = Searcher.open(folder, retrievers=("bm25",))
+    ours_bm25.search(queries[:2], k=k)
+    raw_bm25 = bm25s.BM25.load(str(folder / "bm25"), mmap=True, show_progress=False)
+    stop = probe.manifest["bm25"]["stopwords"]
+
+    def raw_search():
+        return raw_bm25.retrieve(bm25_tokenize(queries, stop), k=k, show_progress=False, n_threads=0)
+
+    t_ours = best_of(lambda: ours_bm25.search(queries, k=k), repeat)
+    t_raw = best_of(raw_search, repeat)
+    raw_rows, _ = raw_search()
+    our_rows = [[h.passage for h in hits] for hits in ours_bm25.search(queries, k=k)]
+    out["bm25"] = {"ours_qps": len(queries) / t_ours, "raw_qps": len(queries) / t_raw, "ratio": t_raw / t_ours,
+                   "identical_top_k": bool(np.array_equal(np.asarray(our_rows), raw_rows))}
+    return out
+
+
+def bench_encoding(index: str, n: int, repeat: int) -> dict:
+    from FlagEmbedding import FlagModel
+
+    from medr2_hooks.corpus.store import CorpusStore
+    from medr2_hooks.llm.embedded import resolve
+    from medr2_hooks.retrieve.build import index_dir, load_manifest
+    from medr2_hooks.retrieve.encoders import DenseEncoder
+
+    folder = index_dir(index)
+    cfg = load_manifest(folder)["recipe"]["dense"]
+    texts = CorpusStore(folder / "corpus").passage_texts(range(n))
+    ours = DenseEncoder(cfg["encoder"], cfg["pooling"], cfg["query_instruction"], cfg["max_length"], cfg["batch_size"])
+    raw = FlagModel(resolve(cfg["encoder"]), pooling_method=cfg["pooling"], normalize_embeddings=True, use_fp16=False,
+                    devices="cpu", batch_size=cfg["batch_size"], passage_max_length=cfg["max_length"])
+    t_ours = best_of(lambda: ours.encode_corpus(texts), repeat)
+    t_raw = best_of(lambda: raw.encode_corpus(texts, batch_size=cfg["batch_size"], max_length=cfg["max_length"]), repeat)
+    return {"passages": n, "ours_per_s": n / t_ours, "raw_per_s": n / t_raw, "ratio": t_raw / t_ours}
+
+
+MEMORY_PROBE = """
+import json, resource, sys
+from medr2_hooks.corpus.recipe import load_recipe
+from medr2_hooks.corpus.store import CorpusStore
+from medr2_hooks.retrieve.build import index_dir
+from medr2_hooks.retrieve.encoders import DenseEncoder
+r = load_recipe(sys.argv[1]); d = r.dense
+texts = CorpusStore(index_dir(r.name) / "corpus").passage_texts(range(d.batch_size))
+DenseEncoder(d.encoder, d.pooling, d.query_instruction, d.max_length, d.batch_size).encode_corpus(texts)
+print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def bench_build_memory(recipe: str) -> dict:
+    """Peak RSS of a fresh build against the index size plus the encoder with one batch in flight."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "MEDR2_CACHE_DIR": tmp, "TQDM_DISABLE": "1"}
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "medr2_hooks.cli.main", "index", "build", recipe], env=env, check=True,
+                       capture_output=True)
+        wall = time.perf_counter() - t
+        from medr2_hooks.corpus.recipe import load_recipe
+
+        report = json.loads((Path(tmp) / "indexes" / load_recipe(recipe).name / "build_report.json").read_text())
+        probe = subprocess.run([sys.executable, "-c", MEMORY_PROBE, recipe], env=env, check=True, capture_output=True,
+                               text=True)
+        batch_mb = json.loads(probe.stdout.strip().splitlines()[-1])["peak_rss_mb"]
+    index_mb = report["index_bytes"] / 2**20
+    return {"recipe": recipe, "wall_s": wall, "peak_rss_mb": report["peak_rss_mb"], "index_mb": index_mb,
+            "encoder_one_batch_mb": batch_mb, "ratio": report["peak_rss_mb"] / (index_mb + batch_mb),
+            "timings_s": report["timings_s"]}
+
+
+def bench_million(n: int, dim: int, n_queries: int, k: int) -> dict:
+    import faiss
+
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((n, dim), dtype=np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    queries = base[rng.choice(n, n_queries, replace=False)] + 0.05 * rng.standard_normal((n_queries, dim), dtype=np.float32)
+    out = {"vectors": n, "dim": dim, "queries": n_queries, "raw_vectors_mb": base.nbytes / 2**20}
+    for factory, nprobe in (("Flat", None), ("IVF1024,PQ48", 16)):
+        before = rss_mb()
+        index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+        t = time.perf_counter()
+        if not index.is_trained:
+            index.train(base[rng.choice(n, 100_000, replace=False)])
+        index.add(base)
+        build_s = time.perf_counter() - t
+        if nprobe:
+            faiss.extract_index_ivf(index).nprobe = nprobe
+        with tempfile.NamedTemporaryFile() as fh:
+            faiss.write_index(index, fh.name)
+            size_mb = os.path.getsize(fh.name) / 2**20
+        t = time.perf_counter()
+        _, rows = index.search(queries, k)
+        search_s = time.perf_counter() - t
+        out[factory] = {"build_s": build_s, "index_mb": size_mb, "batch_latency_ms": 1000 * search_s,
+                        "qps": n_queries / search_s, "rss_growth_mb": rss_mb() - before}
+        del index
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--index", default="textbooks_demo", help="built index to search (built first if missing)")
+    parser.add_argument("--queries", type=int, default=256)
+    parser.add_argument("-k", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--encode", type=int, default=256, help="passages for the encoding comparison")
+    parser.add_argument("--memory-recipe", default="textbooks_demo", help="recipe built fresh for the memory check")
+    parser.add_argument("--million", action="store_true", help="also run the 1M synthetic vector benchmark")
+    args = parser.parse_args()
+
+    from medr2_hooks import data
+    from medr2_hooks.corpus.recipe import load_recipe
+    from medr2_hooks.retrieve.build import build, index_dir
+
+    if not (index_dir(args.index) / "manifest.json").exists():
+        build(load_recipe(args.index))
+    queries = [r.question for r in data.pools("medqa_usmle").eval[: args.queries]]
+    results = {"search": bench_dense_and_bm25(args.index, queries, args.k, args.repeat),
+               "encoding": bench_encoding(args.index, args.encode, max(1, args.repeat // 2)),
+               "build_memory": bench_build_memory(args.memory_recipe)}
+    if args.million:
+        results["million"] = bench_million(1_000_000, 384, 256, args.k)
+    s, e, m = results["search"], results["encoding"], results["build_memory"]
+    print(f"index {s['index']}: {s['passages']} passages, {s['queries']} queries, k={s['k']}, FAISS threads {s['faiss_threads']}")
+    print(f"dense search  ours {s['dense']['ours_qps']:9.1f} q/s  raw faiss {s['dense']['raw_qps']:9.1f} q/s  ratio {s['dense']['ratio']:.2f}x (goal >= 0.8)")
+    print(f"bm25 search   ours {s['bm25']['ours_qps']:9.1f} q/s  raw bm25s {s['bm25']['raw_qps']:9.1f} q/s  ratio {s['bm25']['ratio']:.2f}x (goal >= 1.0), identical top-k: {s['bm25']['identical_top_k']}")
+    print(f"encoding      ours {e['ours_per_s']:9.1f} p/s  raw FlagModel {e['raw_per_s']:5.1f} p/s  ratio {e['ratio']:.2f}x (goal >= 0.9)")
+    print(f"build memory  peak RSS {m['peak_rss_mb']:.0f} MB vs index {m['index_mb']:.1f} MB + encoder with one batch "
+          f"{m['encoder_one_batch_mb']:.0f} MB: ratio {m['ratio']:.2f}x (goal <= 1.2); build {m['wall_s']:.0f} s {m['timings_s']}")
+    if args.million:
+        mm = results["million"]
+        for factory in ("Flat", "IVF1024,PQ48"):
+            r = mm[factory]
+            print(f"1M x 384 {factory:<13} index {r['index_mb']:7.0f} MB, build {r['build_s']:6.1f} s, "
+                  f"{mm['queries']} queries in {r['batch_latency_ms']:7.1f} ms ({r['qps']:.0f} q/s), RSS +{r['rss_growth_mb']:.0f} MB")
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
