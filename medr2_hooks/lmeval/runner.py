@@ -114,7 +114,10 @@ def run_eval(cfg: EvalConfig) -> dict:
     from lm_eval.loggers import EvaluationTracker
     from lm_eval.utils import make_table
 
-    task_manager = check_tasks(cfg.tasks)
+    metadata = dict(cfg.metadata)
+    if cfg.limit is not None and cfg.limit >= 1:
+        metadata.setdefault("limit", int(cfg.limit))  # retrieval pre-passes only prepare the items evaluated
+    task_manager = check_tasks(cfg.tasks, metadata)
     lm_model, model_args, default_batch = resolve_model(cfg.model, cfg.model_args)
     batch_size = cfg.batch_size or default_batch or "auto"
     device = cfg.device or _default_device()
@@ -139,7 +142,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         numpy_random_seed=cfg.seed,
         torch_random_seed=cfg.seed,
         fewshot_random_seed=cfg.seed,
-        metadata=cfg.metadata or None,
+        metadata=metadata or None,
     )
     wall = time.time() - started
     samples = results.pop("samples", None)

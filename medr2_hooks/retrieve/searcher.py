@@ -113,6 +113,23 @@ class Searcher:
             self._splade = SpladeIndex(self.folder / "splade" / "docs.npz", encoder)
         return self._splade.search(queries, depth)
 
+    def embeddings(self, passages: list[int]) -> np.ndarray:
+        """The stored dense embeddings of passage rows (``E(d)`` of Alg. 2), read from the memory-mapped shards."""
+        if "dense" not in self.manifest:
+            raise Medr2Error(f"index {self.manifest['name']} has no dense embeddings")
+        if not hasattr(self, "_shards"):
+            shard_size = self.manifest["recipe"]["dense"]["shard_size"]
+            self._shards = (shard_size, sorted((self.folder / "dense").glob("emb-*.npy")))
+            self._shard_arrays: dict[int, np.ndarray] = {}
+        size, paths = self._shards
+        rows = []
+        for p in passages:
+            shard = p // size
+            if shard not in self._shard_arrays:
+                self._shard_arrays[shard] = np.load(paths[shard], mmap_mode="r")
+            rows.append(np.asarray(self._shard_arrays[shard][p % size]))
+        return np.stack(rows) if rows else np.zeros((0, self.manifest["dense"]["encoder"]["dim"]), dtype=np.float32)
+
     # -- search ---------------------------------------------------------------------------------------
     def _excluded_rows(self, pmid: str | None) -> set[int]:
         return set(self.pmid_rows.get(str(pmid), [])) if pmid else set()

@@ -1,0 +1,61 @@
+"""The interface every LLM backend implements, and its usage counters.
+
+Roles in Med-R² (classifier, reformulator, CoT generator, document typer, evidence leveler, reference model
+``M_F``, usefulness proxy) each get a backend from config. Every call is batched over many prompts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass
+class Usage:
+    calls: int = 0
+    prompts: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    by_role: Counter = field(default_factory=Counter)
+
+    def add(self, role: str, prompts: int, prompt_tokens: int, generated_tokens: int = 0) -> None:
+        self.calls += 1
+        self.prompts += prompts
+        self.prompt_tokens += prompt_tokens
+        self.generated_tokens += generated_tokens
+        self.by_role[role] += prompts
+
+    def to_json(self) -> dict:
+        return {"calls": self.calls, "prompts": self.prompts, "prompt_tokens": self.prompt_tokens,
+                "generated_tokens": self.generated_tokens, "by_role": dict(self.by_role)}
+
+
+@runtime_checkable
+class Backend(Protocol):
+    model_id: str  # with revision where known: what cache keys and manifests record
+    usage: Usage
+
+    def count_tokens(self, texts: list[str]) -> list[int]: ...
+
+    def truncate(self, text: str, max_tokens: int) -> str: ...
+
+    def chat(self, user: str, system: str | None = None) -> str:
+        """The prompt string for one user turn (the model's chat template, or the plain text if it has none)."""
+        ...
+
+    def generate(self, prompts: list[str], max_new_tokens: int, stop: list[str] | None = None,
+                 role: str = "generate") -> list[str]:
+        """Greedy continuations, cut before the first stop string."""
+        ...
+
+    def score(self, prompts: list[str], continuations: list[str], role: str = "score") -> list[tuple[float, int]]:
+        """``(sum of log-probabilities, number of tokens)`` of each continuation given its prompt."""
+        ...
+
+
+def cut_at_stop(text: str, stop: list[str] | None) -> str:
+    if not stop:
+        return text
+    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=len(text))
+    return text[:cut]

@@ -1,0 +1,60 @@
+"""vLLM backend (GPU users; ``pip install -e .[gpu]`` in its own environment). Imported only when used."""
+
+from __future__ import annotations
+
+from .backend import Usage, cut_at_stop
+
+
+class VLLMBackend:
+    def __init__(self, model: str, dtype: str = "auto", tensor_parallel_size: int = 1, max_length: int | None = None,
+                 gpu_memory_utilization: float = 0.9, **engine_args):
+        from vllm import LLM  # noqa: PLC0415 - GPU-only dependency
+
+        self.llm = LLM(model=model, dtype=dtype, tensor_parallel_size=tensor_parallel_size, max_model_len=max_length,
+                       gpu_memory_utilization=gpu_memory_utilization, **engine_args)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.model_id = f"{model}@{getattr(self.llm.llm_engine.model_config, 'revision', None) or 'main'}"
+        self.max_length = self.llm.llm_engine.model_config.max_model_len
+        self.usage = Usage()
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        return [len(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        return text if len(ids) <= max_tokens else self.tokenizer.decode(ids[:max_tokens])
+
+    def chat(self, user: str, system: str | None = None) -> str:
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+        if not getattr(self.tokenizer, "chat_template", None):
+            return f"{system}\n\n{user}" if system else user
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def generate(self, prompts: list[str], max_new_tokens: int, stop: list[str] | None = None,
+                 role: str = "generate") -> list[str]:
+        from vllm import SamplingParams
+
+        outputs = self.llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop=stop),
+                                    use_tqdm=False)
+        texts = [cut_at_stop(o.outputs[0].text, stop) for o in outputs]
+        self.usage.add(role, len(prompts), sum(len(o.prompt_token_ids) for o in outputs),
+                       sum(len(o.outputs[0].token_ids) for o in outputs))
+        return texts
+
+    def score(self, prompts: list[str], continuations: list[str], role: str = "score") -> list[tuple[float, int]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        rows = []
+        for p, c in zip(prompts, continuations):
+            ctx = self.tokenizer.encode(p)
+            cont = self.tokenizer.encode(c, add_special_tokens=False)
+            rows.append((ctx[-(self.max_length - len(cont) - 1):], cont))
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=c + x) for c, x in rows], params, use_tqdm=False)
+        out = []
+        for (ctx, cont), o in zip(rows, outputs):
+            lps = o.prompt_logprobs[len(ctx):]
+            out.append((sum(lp[tok].logprob for lp, tok in zip(lps, cont)), len(cont)))
+        self.usage.add(role, len(prompts), sum(len(c) + len(x) for c, x in rows))
+        return out

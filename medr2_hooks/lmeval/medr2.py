@@ -1,0 +1,87 @@
+"""lm-eval hooks for the retrieval-augmented tasks (``*_medr2``, ``*_medr2_cot``, ablations).
+
+``load_dataset`` (lm-eval's ``custom_dataset``, called once per task) loads the evaluation and demo pools,
+runs the method's pre-pass over all of them in batches (cached on disk), and returns docs that carry the
+prompt prefix (demonstrations + selected evidence) and the provenance (evidence with f_h, f_g, f_u, F,
+iterations, CoT) as JSON, so ``--log_samples`` shows what each answer was given. The run record (stage
+times, model calls, tokens, cache hits, fallback counts) is written next to the cache and logged.
+
+Task metadata: ``benchmark``, ``method`` (a MethodConfig mapping), and optionally ``limit`` (pre-pass only the
+first N evaluation items: lm-eval's ``--limit`` is not visible to dataset hooks), ``source``, ``data_dir``,
+``subject``. ``--metadata '{"method": {"window": 8192}}'`` overrides method settings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from .. import data, settings
+from ..apply import prompts
+from ..data.record import Record
+from ..pipeline.config import MethodConfig
+
+log = logging.getLogger(__name__)
+
+
+def _merge(base: dict, override: dict) -> dict:
+    out = dict(base)
+    for k, v in override.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_dataset(benchmark: str, method: dict | None = None, source: str = "local", data_dir: str | None = None,
+                 subject: str | None = None, limit: int | None = None, **metadata):
+    import datasets
+
+    from ..pipeline.medr2 import MedR2
+    from ..pipeline.run import prepare
+
+    env_limit = os.environ.get("MEDR2_PREPASS_LIMIT")
+    limit = int(env_limit) if env_limit else limit
+    cfg = MethodConfig.from_dict(_merge(method or {}, metadata.pop("method_override", {}) or {}), f"{benchmark} method")
+    pools = data.pools(benchmark, source=source, data_dir=data_dir)
+    eval_records = [r for r in pools.eval if subject is None or r.meta.get("subject") == subject]
+    if limit:
+        eval_records = eval_records[: int(limit)]
+    demos = pools.demos[: cfg.max_demos] if cfg.max_demos is not None else pools.demos
+    pipeline = MedR2(cfg)
+    packs, record = prepare(pipeline, benchmark, [r.public() for r in eval_records],
+                            [r.meta.get("pmid") for r in eval_records], [d.public() for d in demos],
+                            [d.answer for d in demos], [d.meta.get("pmid") for d in demos])
+    record.update(benchmark=benchmark, subject=subject)
+    _write_record(record, benchmark, cfg)
+    rows = []
+    for r, p in zip(eval_records, packs):
+        rows.append({**r.to_doc(), "benchmark": benchmark, "prefix": p.pop("prefix"),
+                     "provenance": json.dumps(p, ensure_ascii=False)})
+    return datasets.DatasetDict(test=datasets.Dataset.from_list(rows))
+
+
+def _write_record(record: dict, benchmark: str, cfg: MethodConfig) -> None:
+    folder = settings.results_dir() / "prepass"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{cfg.method}_{benchmark}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=1, ensure_ascii=False, default=str))
+    os.replace(tmp, path)
+    log.info("pre-pass record: %s (stages %s)", path, record["stage_seconds"])
+
+
+def doc_to_text(doc: dict) -> str:
+    return doc["prefix"] + prompts.question_prompt(doc["benchmark"], Record.from_doc(doc).public())
+
+
+def doc_to_choice(doc: dict) -> list[str]:
+    return list(doc["choice_labels"])
+
+
+def doc_to_target(doc: dict) -> int:
+    return doc["gold"]
+
+
+def record_path(method: str, benchmark: str) -> Path:
+    return settings.results_dir() / "prepass" / f"{method}_{benchmark}.json"

@@ -1,0 +1,216 @@
+"""The Med-R² pre-pass (paper Alg. 1–2), batched over every question of a task and cached stage by stage.
+
+For all questions at once: classify → reformulate → for t = 1..T over the still-active questions:
+retrieve → coarse rerank → fine rerank (Eq. 1, conflict filter) → select evidence within the window → CoT →
+accuracy against the reference answer and centroid shift μ_t → stop or go on. Then each question's prompt
+prefix is packed from its evidence and the demonstrations (demo-pool items run through the same loop).
+
+Gold answers of evaluation items never enter this module: it receives :class:`~medr2_hooks.data.Question`
+objects; demonstration answers arrive separately and only reach the rendered demonstrations.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from contextlib import contextmanager
+
+import numpy as np
+
+from .. import classify as classify_stage
+from .. import cot as cot_stage
+from .. import reformulate as reformulate_stage
+from ..cache import StageCache
+from ..data.record import Question
+from ..llm import BackendPool
+from ..llm.closed_set import label_distribution
+from ..rerank import fine
+from .config import MethodConfig
+from .identity import backend_identity
+
+
+class MedR2:
+    def __init__(self, cfg: MethodConfig, cache: StageCache | None = None, pool: BackendPool | None = None,
+                 searcher=None):
+        self.cfg, self.cache, self.pool = cfg, cache or StageCache(), pool or BackendPool()
+        self._searcher = searcher
+        self.timings: Counter = Counter()
+        self.counts: Counter = Counter()
+        self.ids = {role: backend_identity(cfg.role(role)) for role in
+                    ("classifier", "reformulator", "cot", "doc_typer", "leveler", "reference", "proxy", "relevance",
+                     "conflict")}
+
+    # -- plumbing --------------------------------------------------------------------------------------------
+    @contextmanager
+    def stage(self, name: str):
+        t = time.perf_counter()
+        yield
+        self.timings[name] += time.perf_counter() - t
+
+    def target_tokens(self, texts: list[str]) -> list[int]:
+        """Token counts under the target model's tokenizer (window packing)."""
+        if not texts:
+            return []
+        if not hasattr(self, "_target_tok"):
+            from transformers import AutoTokenizer
+
+            from ..llm.embedded import resolve
+
+            self._target_tok = AutoTokenizer.from_pretrained(resolve(self.cfg.target_tokenizer))
+            self._target_tok.model_max_length = 10**9
+        return [len(ids) for ids in self._target_tok(texts, add_special_tokens=False)["input_ids"]]
+
+    def llm(self, role: str):
+        return self.pool.get(self.cfg.role(role))
+
+    @property
+    def searcher(self):
+        if self._searcher is None:
+            from ..retrieve.searcher import Searcher
+
+            self._searcher = Searcher.open(self.cfg.index, retrievers=tuple(self.cfg.retrievers or ()) or None)
+        return self._searcher
+
+    def cached(self, stage: str, inputs: list, config: dict, compute, batch_size: int = 64) -> list:
+        with self.stage(stage):
+            return self.cache.cached(stage, inputs, config, compute, batch_size)
+
+    # -- question-only stages ----------------------------------------------------------------------------------
+    def classify(self, questions: list[Question]) -> list[dict]:
+        if not self.cfg.classify:
+            return [{"ebm": "other", "qtype": "factual", "ebm_probs": None, "qtype_probs": None, "parsed": True}] * len(questions)
+        out = self.cached("classify", [q.question for q in questions],
+                          {"model": self.ids["classifier"], "mode": self.cfg.decision_mode},
+                          lambda qs: [x.to_json() for x in classify_stage.classify(self.llm("classifier"), qs,
+                                                                                    self.cfg.decision_mode)])
+        self.counts["classify_parse_failures"] += sum(not x["parsed"] for x in out)
+        return out
+
+    def reformulate(self, questions: list[Question], labels: list[dict]) -> list[str | None]:
+        if not self.cfg.reformulate:
+            return [None] * len(questions)
+        out = self.cached("reformulate", [[q.question, lab["ebm"]] for q, lab in zip(questions, labels)],
+                          {"model": self.ids["reformulator"], "max_new_tokens": self.cfg.reformulate_max_new_tokens},
+                          lambda xs: reformulate_stage.reformulate(self.llm("reformulator"), [x[0] for x in xs],
+                                                                   [x[1] for x in xs],
+                                                                   self.cfg.reformulate_max_new_tokens))
+        self.counts["reformulation_fallbacks"] += sum(x["fallback"] for x in out)
+        return [x["query"] for x in out]
+
+    def references(self, questions: list[Question]) -> list[dict]:
+        """``M_F``'s answer to each question without evidence (closed-set over the options): the reference for
+        ``f_u`` and for Acc in Alg. 2. Never the gold label."""
+        def compute(items):
+            backend = self.llm("reference")
+            out = []
+            for item in items:
+                prompt = cot_stage.question_block(item["q"], item["o"], list(item["o"]) != list(item["o"].values()))
+                p = label_distribution(backend, [prompt + "\nAnswer:"], list(item["o"]), role="reference")[0]
+                label = list(item["o"])[int(np.argmax(p))]
+                text = label if item["o"][label] == label else f"{label}. {item['o'][label]}"
+                out.append({"label": label, "text": text, "probs": dict(zip(item["o"], map(float, p)))})
+            return out
+
+        return self.cached("reference", [{"q": q.question, "o": q.options} for q in questions],
+                           {"model": self.ids["reference"]}, compute)
+
+    # -- evidence ---------------------------------------------------------------------------------------------
+    def retrieve(self, queries: list[str], pmids: list[str | None]) -> list[list[dict]]:
+        cfg = self.cfg
+        manifest = self.searcher.manifest
+        config = {"index": [manifest["recipe_hash"], manifest["corpus_hash"]], "k": cfg.retrieve_k, "unit": cfg.unit,
+                  "fusion": cfg.fusion, "retrievers": list(self.searcher.retrievers)}
+
+        def compute(items):
+            hits = self.searcher.search([x[0] for x in items], k=cfg.retrieve_k, unit=cfg.unit, fusion=cfg.fusion,
+                                        exclude_pmids=[x[1] for x in items])
+            return [[h.to_json() for h in row] for row in hits]
+
+        out = self.cached("retrieve", [[q, p] for q, p in zip(queries, pmids)], config, compute, batch_size=256)
+        self.counts["no_documents_retrieved"] += sum(not hits for hits in out)
+        return out
+
+    def coarse(self, questions: list[str], candidates: list[list[dict]]) -> list[list[dict]]:
+        """Keep the top ``coarse_k`` of each candidate set by relevance (input order when reranking is off)."""
+        if not self.cfg.rerank:
+            return [c[: self.cfg.coarse_k] for c in candidates]
+        if self.cfg.coarse == "cross_encoder":
+            from ..rerank.coarse import CrossEncoderReranker
+
+            model_id = f"cross_encoder:{self.cfg.cross_encoder}"
+            scorer = lambda: CrossEncoderReranker(self.cfg.cross_encoder)  # noqa: E731
+        else:
+            from ..rerank.coarse import LLMReranker
+
+            model_id = f"llm:{self.ids['relevance']}"
+            scorer = lambda: LLMReranker(self.llm("relevance"), self.cfg.max_doc_tokens)  # noqa: E731
+        pairs = [[q, h["text"]] for q, hits in zip(questions, candidates) for h in hits]
+        state = {}
+
+        def compute(items):
+            state.setdefault("scorer", scorer())
+            return state["scorer"].score([tuple(x) for x in items])
+
+        scores = iter(self.cached("coarse", pairs, {"model": model_id, "max_doc_tokens": self.cfg.max_doc_tokens},
+                                  compute, batch_size=128))
+        out = []
+        for hits in candidates:
+            scored = sorted(({**h, "coarse": next(scores)} for h in hits), key=lambda h: -h["coarse"])
+            out.append(scored[: self.cfg.coarse_k])
+        return out
+
+    def fine(self, questions: list[Question], labels: list[dict], refs: list[dict], coarse: list[list[dict]]) -> list[list[dict]]:
+        """Eq. 1 for every coarse document, conflict filtering, sorted by F."""
+        if not self.cfg.rerank:
+            return [[{**h, "evidence_level": h.get("evidence_level"), "f_h": None, "f_g": None, "f_u": None, "F": None}
+                     for h in hits] for hits in coarse]
+        cfg, judge_len = self.cfg, self.cfg.max_doc_tokens
+        docs = {h["doc_id"] + f"#{h['passage']}": h for hits in coarse for h in hits}
+        keys = list(docs)
+
+        def cut(backend, text):
+            return backend.truncate(text, judge_len)
+
+        levels = dict(zip(keys, self.cached(
+            "evidence_level", [[docs[k]["text"], docs[k]["source_type"]] for k in keys],
+            {"model": self.ids["leveler"], "max_doc_tokens": judge_len},
+            lambda xs: fine.evidence_levels(self.llm("leveler"), [cut(self.llm("leveler"), x[0]) for x in xs],
+                                            [x[1] for x in xs]))))
+        types = dict(zip(keys, self.cached(
+            "doc_type", [docs[k]["text"] for k in keys], {"model": self.ids["doc_typer"], "max_doc_tokens": judge_len},
+            lambda xs: fine.doc_type_distributions(self.llm("doc_typer"), [cut(self.llm("doc_typer"), x) for x in xs]))))
+
+        def losses(items):
+            backend = self.llm("proxy")
+            out = []
+            for item in items:
+                init, per_doc = fine.answer_losses(backend, item["q"], item["ref"],
+                                                   [cut(backend, d) for d in item["docs"]])
+                out.append({"init": init, "docs": per_doc})
+            return out
+
+        loss = self.cached("usefulness", [{"q": q.question, "ref": r["text"], "docs": [h["text"] for h in hits]}
+                                          for q, r, hits in zip(questions, refs, coarse)],
+                           {"model": self.ids["proxy"], "max_doc_tokens": judge_len}, losses, batch_size=8)
+        conflict_pairs = self.cached(
+            "conflict", [[h["text"] for h in hits[: cfg.conflict.top]] for hits in coarse],
+            {"model": self.ids["conflict"], "top": cfg.conflict.top, "threshold": cfg.conflict.threshold,
+             "max_doc_tokens": judge_len},
+            lambda xs: [fine.conflicts(self.llm("conflict"), [cut(self.llm("conflict"), d) for d in x], cfg.conflict)
+                        for x in xs], batch_size=16)
+        out = []
+        for lab, hits, lo, confl in zip(labels, coarse, loss, conflict_pairs):
+            scored = []
+            for h, l_x in zip(hits, lo["docs"]):
+                key = h["doc_id"] + f"#{h['passage']}"
+                level = levels[key]["level"]
+                fh, fg, fu = fine.f_h(level), fine.f_g(types[key], lab["qtype"]), fine.f_u(lo["init"], l_x)
+                scored.append({**h, "evidence_level": level, "f_h": fh, "f_g": fg, "f_u": fu, "l_init": lo["init"],
+                               "l_x": l_x, "F": fine.fine_score(fh, fg, fu, cfg.alpha)})
+            dropped = fine.drop_conflicting([s["evidence_level"] for s in scored], [s["coarse"] for s in scored],
+                                            [tuple(c) for c in confl])
+            self.counts["conflict_drops"] += len(dropped)
+            # a pair never loses both sides, so at least one document of a non-empty set survives the filter
+            kept = [s for i, s in enumerate(scored) if i not in dropped]
+            out.append(sorted(kept, key=lambda s: -s["F"]))
+        return out

@@ -1,0 +1,52 @@
+"""Question formulation, step 2: rewrite the question for evidence search with its EBM category's
+instruction (paper Table 4, in our words). From iteration 2 the previous chain of thought is appended to the
+retrieval query (``q_EBM + q_CoT``); never at iteration 1 unless the Med-R²-CoT variant asks for it.
+
+Only the question text reaches this stage: options and answers never do. A reformulation that comes back
+empty or unusable is replaced by the original question, and counted.
+"""
+
+from __future__ import annotations
+
+INSTRUCTIONS = {
+    "diagnosis": "Name the condition to be diagnosed and ask how accurate, sensitive or specific the relevant "
+                 "diagnostic tests or findings are.",
+    "therapy": "Name the disease or symptom and the treatment under consideration, and ask about its "
+               "effectiveness, safety, or how it compares with other treatments.",
+    "prognosis": "Name the disease or condition and ask about long-term outcomes: survival, recovery, or progression.",
+    "etiology": "Describe the health problem and ask about its possible causes: risk factors, pathogens, "
+                "mechanisms, or genetic background.",
+    "prevention": "Name the disease or health problem and ask how well preventive measures or recommendations work.",
+    "cost": "Name the medical intervention or service and ask about its costs and cost-effectiveness.",
+    "other": "Restate the question as a short, precise search query with the key medical terms.",
+}
+
+MIN_CHARS = 12
+
+
+def reformulation_prompt(backend, question: str, category: str) -> str:
+    user = (f"Rewrite the medical question as a search query for finding evidence. {INSTRUCTIONS[category]}\n"
+            f"Write one query on one line.\n\nQuestion: {question}")
+    return backend.chat(user) + "Search query:"
+
+
+def usable(text: str) -> bool:
+    return len(text.strip()) >= MIN_CHARS and any(ch.isalpha() for ch in text)
+
+
+def reformulate(backend, questions: list[str], categories: list[str], max_new_tokens: int = 64) -> list[dict]:
+    """``{"query": text, "fallback": bool}`` per question (fallback: the original question was kept)."""
+    prompts = [reformulation_prompt(backend, q, c) for q, c in zip(questions, categories)]
+    replies = backend.generate(prompts, max_new_tokens=max_new_tokens, stop=["\n"], role="reformulator")
+    return [{"query": r.strip(), "fallback": False} if usable(r) else {"query": q, "fallback": True}
+            for q, r in zip(questions, replies)]
+
+
+def retrieval_query(question: str, reformulation: str | None, cot: str | None) -> str:
+    """What the retriever sees: the question, its reformulation, and (from iteration 2) the previous CoT."""
+    parts = [question]
+    if reformulation and reformulation.strip() != question.strip():
+        parts.append(reformulation)
+    if cot:
+        parts.append(cot)
+    return "\n".join(parts)

@@ -1,0 +1,137 @@
+"""Fine rerank, paper Eq. 1:  F(x) = f_h(x) · f_g(x) · (1 + α · f_u(x)),  α = 1.
+
+- ``f_h = 9 − (e − 1)`` for the evidence level ``e ∈ 1..9`` (1 = meta-analysis … 9 = expert opinion), from
+  the leveler; documents whose source type is *guideline* are fixed at ``e = 3`` (``f_h = 7``).
+- ``f_g = Σ_{c ∈ C(q)} p(x | c)``: the document's 16-way genre distribution (typer) summed over the genres the
+  question type expects (the authors' Figure 8 projection, with *process* added to the directive group).
+- ``f_u = max(ℓ_init − ℓ_x, 0)``: the usefulness proxy's mean token cross-entropy of the *reference answer*
+  (from ``M_F``, never the gold label) without any document and with document ``x`` in the prompt.
+- Conflict filtering: among the top documents, pairs judged to contradict each other lose the side with the
+  lower evidence level (higher ``e``; ties: lower coarse score).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..corpus.document import GUIDELINE_LEVEL
+from ..llm.closed_set import label_distribution
+
+# evidence level name -> e (1 = most credible); f_h = 9 − (e − 1): meta-analysis 9 ... expert opinion 1
+EVIDENCE_LEVELS = {
+    "meta-analysis": 1,
+    "systematic review": 2,
+    "practice guideline": 3,
+    "randomized controlled trial": 4,
+    "non-randomized controlled trial": 5,
+    "cohort study": 6,
+    "case series": 7,
+    "case report": 8,
+    "expert opinion": 9,
+}
+
+DOC_TYPES = ("argumentation", "definition", "description", "explanation", "purpose", "narration", "process",
+             "instruction", "command", "problem-solving", "comparison", "evaluation", "classification", "condition",
+             "prediction", "cause-and-effect")
+
+_GROUPS = (
+    (("factual", "referential", "definition", "explanatory", "descriptive"),
+     ("argumentation", "definition", "description", "explanation", "purpose", "narration")),
+    (("directive", "opinion", "procedural"), ("purpose", "instruction", "command", "problem-solving", "process")),
+    (("comparative", "evaluative", "verification"), ("comparison", "evaluation", "classification")),
+    (("hypothetical",), ("condition", "prediction", "cause-and-effect")),
+)
+EXPECTED_DOC_TYPES: dict[str, tuple[str, ...]] = {q: genres for qtypes, genres in _GROUPS for q in qtypes}
+
+
+def f_h(level: int) -> float:
+    if not 1 <= level <= 9:
+        raise ValueError(f"evidence level must be 1..9, found {level}")
+    return float(9 - (level - 1))
+
+
+def f_g(doc_type_probs: dict[str, float], question_type: str) -> float:
+    return float(sum(doc_type_probs.get(c, 0.0) for c in EXPECTED_DOC_TYPES[question_type]))
+
+
+def f_u(loss_without: float, loss_with: float) -> float:
+    return max(loss_without - loss_with, 0.0)
+
+
+def fine_score(fh: float, fg: float, fu: float, alpha: float = 1.0) -> float:
+    return fh * fg * (1.0 + alpha * fu)
+
+
+# -- the model-backed factors (document-only ones are cached per document by the pipeline) ----------------------
+def level_prompt(document: str) -> str:
+    return ("Which kind of evidence is this medical text? Choose one: " + ", ".join(EVIDENCE_LEVELS) + ".\n\n"
+            f"Text: {document}\nKind of evidence:")
+
+
+def doc_type_prompt(document: str) -> str:
+    return ("Which kind of text is this? Choose one: " + ", ".join(DOC_TYPES) + ".\n\n"
+            f"Text: {document}\nKind of text:")
+
+
+def evidence_levels(backend, documents: list[str], source_types: list[str]) -> list[dict]:
+    """``{"level": e, "probs": {...}}`` per document; guidelines fixed at e = 3 without a model call."""
+    need = [i for i, s in enumerate(source_types) if s != "guideline"]
+    probs = label_distribution(backend, [level_prompt(documents[i]) for i in need], list(EVIDENCE_LEVELS), "leveler")
+    out = [{"level": GUIDELINE_LEVEL, "probs": None, "fixed": True} for _ in documents]
+    for i, p in zip(need, probs):
+        name = list(EVIDENCE_LEVELS)[int(np.argmax(p))]
+        out[i] = {"level": EVIDENCE_LEVELS[name], "probs": dict(zip(EVIDENCE_LEVELS, map(float, p))), "fixed": False}
+    return out
+
+
+def doc_type_distributions(backend, documents: list[str]) -> list[dict[str, float]]:
+    probs = label_distribution(backend, [doc_type_prompt(d) for d in documents], list(DOC_TYPES), "doc_typer")
+    return [dict(zip(DOC_TYPES, map(float, p))) for p in probs]
+
+
+def answer_prompt(question: str, document: str | None) -> str:
+    """The usefulness proxy's prompt. ``document=None`` is the no-document row: it truly has no document."""
+    head = f"Document: {document}\n\n" if document is not None else ""
+    return f"{head}Question: {question}\nAnswer:"
+
+
+def answer_losses(backend, question: str, reference: str, documents: list[str]) -> tuple[float, list[float]]:
+    """``ℓ_init`` and ``ℓ_x`` per document: mean token cross-entropy of ``" " + reference``; the ``k + 1`` rows
+    of the question go to the backend in one batch."""
+    prompts = [answer_prompt(question, None)] + [answer_prompt(question, d) for d in documents]
+    scored = backend.score(prompts, [f" {reference}"] * len(prompts), role="usefulness_proxy")
+    losses = [-lp / n for lp, n in scored]
+    return losses[0], losses[1:]
+
+
+def conflict_prompt(a: str, b: str) -> str:
+    return f"Text A: {a}\n\nText B: {b}\n\nDo texts A and B state facts that contradict each other (yes or no)? Answer:"
+
+
+@dataclass(frozen=True)
+class ConflictConfig:
+    top: int = 5  # judge pairs among this many best documents: at most top·(top−1)/2 judgements a question
+    threshold: float = 0.5  # p(yes) above this is a conflict
+
+
+def conflicts(backend, documents: list[str], cfg: ConflictConfig) -> list[tuple[int, int, float]]:
+    pairs = list(itertools.combinations(range(min(cfg.top, len(documents))), 2))
+    if not pairs:
+        return []
+    probs = label_distribution(backend, [conflict_prompt(documents[i], documents[j]) for i, j in pairs],
+                               ["yes", "no"], "conflict_judge")
+    return [(i, j, float(p[0])) for (i, j), p in zip(pairs, probs) if p[0] > cfg.threshold]
+
+
+def drop_conflicting(levels: list[int], coarse: list[float], conflicting: list[tuple[int, int, float]]) -> set[int]:
+    """Indices to drop: for each conflicting pair, the lower-level side (larger e; ties: lower coarse score)."""
+    dropped: set[int] = set()
+    for i, j, _ in conflicting:
+        if i in dropped or j in dropped:
+            continue
+        loser = j if (levels[j], -coarse[j]) > (levels[i], -coarse[i]) else i
+        dropped.add(loser)
+    return dropped
