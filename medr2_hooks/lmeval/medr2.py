@@ -6,7 +6,8 @@ prompt prefix (demonstrations + selected evidence) and the provenance (evidence 
 iterations, CoT) as JSON, so ``--log_samples`` shows what each answer was given. The run record (stage
 times, model calls, tokens, cache hits, fallback counts) is written next to the cache and logged.
 
-Task metadata: ``benchmark``, ``method`` (a MethodConfig mapping), and optionally ``limit`` (pre-pass only the
+Task metadata: ``benchmark``, ``method`` (a MethodConfig mapping), ``variant`` (settings a task family
+changes, e.g. Med-R²-CoT's ``cot_in_first_query``), and optionally ``limit`` (pre-pass only the
 first N evaluation items: lm-eval's ``--limit`` is not visible to dataset hooks), ``source``, ``data_dir``,
 ``subject``. ``--metadata '{"method": {"window": 8192}}'`` overrides method settings.
 """
@@ -33,25 +34,23 @@ def _merge(base: dict, override: dict) -> dict:
     return out
 
 
-def load_dataset(benchmark: str, method: dict | None = None, source: str = "local", data_dir: str | None = None,
-                 subject: str | None = None, limit: int | None = None, **metadata):
+def load_dataset(benchmark: str, method: dict | None = None, variant: dict | None = None, source: str = "local",
+                 data_dir: str | None = None, subject: str | None = None, limit: int | None = None, **metadata):
     import datasets
 
     from ..pipeline.medr2 import MedR2
-    from ..pipeline.run import prepare
 
     env_limit = os.environ.get("MEDR2_PREPASS_LIMIT")
     limit = int(env_limit) if env_limit else limit
-    cfg = MethodConfig.from_dict(_merge(method or {}, metadata.pop("method_override", {}) or {}), f"{benchmark} method")
+    # settings: the template's method, the task's variant (e.g. Med-R²-CoT), then the user's overrides
+    merged = _merge(_merge(method or {}, variant or {}), metadata.pop("method_override", {}) or {})
+    cfg = MethodConfig.from_dict(merged, f"{benchmark} method")
     pools = data.pools(benchmark, source=source, data_dir=data_dir)
     eval_records = [r for r in pools.eval if subject is None or r.meta.get("subject") == subject]
     if limit:
         eval_records = eval_records[: int(limit)]
     demos = pools.demos[: cfg.max_demos] if cfg.max_demos is not None else pools.demos
-    pipeline = MedR2(cfg)
-    packs, record = prepare(pipeline, benchmark, [r.public() for r in eval_records],
-                            [r.meta.get("pmid") for r in eval_records], [d.public() for d in demos],
-                            [d.answer for d in demos], [d.meta.get("pmid") for d in demos])
+    packs, record = prepare_records(MedR2(cfg), benchmark, eval_records, demos)
     record.update(benchmark=benchmark, subject=subject)
     _write_record(record, benchmark, cfg)
     rows = []
@@ -59,6 +58,15 @@ def load_dataset(benchmark: str, method: dict | None = None, source: str = "loca
         rows.append({**r.to_doc(), "benchmark": benchmark, "prefix": p.pop("prefix"),
                      "provenance": json.dumps(p, ensure_ascii=False)})
     return datasets.DatasetDict(test=datasets.Dataset.from_list(rows))
+
+
+def prepare_records(pipeline, benchmark: str, eval_records: list[Record], demos: list[Record]):
+    """The pre-pass over records: stages get :meth:`Record.public` questions only; the demonstrations' own
+    answers go to the rendered demonstrations, and evaluation answers go nowhere but lm-eval's scorer."""
+    from ..pipeline.run import prepare
+
+    return prepare(pipeline, benchmark, [r.public() for r in eval_records], [r.meta.get("pmid") for r in eval_records],
+                   [d.public() for d in demos], [d.answer for d in demos], [d.meta.get("pmid") for d in demos])
 
 
 def _write_record(record: dict, benchmark: str, cfg: MethodConfig) -> None:

@@ -11,7 +11,7 @@ from .. import loop
 from ..apply.pack import pack
 from ..apply.prompts import question_prompt
 from ..data.record import Question
-from ..reformulate import retrieval_query
+from ..reformulate import iteration_query
 from .medr2 import MedR2
 
 
@@ -38,8 +38,8 @@ def iterate(m: MedR2, questions: list[Question], pmids: list[str | None]) -> lis
         active = [i for i, s in enumerate(state) if not s["done"]]
         if not active:
             break
-        queries = [retrieval_query(questions[i].question, reforms[i],
-                                   state[i]["cot"] if (t > 1 or cfg.cot_in_first_query) else None) for i in active]
+        queries = [iteration_query(questions[i].question, reforms[i], state[i]["cot"], t, cfg.cot_in_first_query)
+                   for i in active]
         candidates = m.retrieve(queries, [pmids[i] for i in active])
         coarse = m.coarse([questions[i].question for i in active], candidates)
         ranked = m.fine([questions[i] for i in active], [labels[i] for i in active], [refs[i] for i in active], coarse)

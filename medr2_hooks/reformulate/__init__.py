@@ -50,3 +50,10 @@ def retrieval_query(question: str, reformulation: str | None, cot: str | None) -
     if cot:
         parts.append(cot)
     return "\n".join(parts)
+
+
+def iteration_query(question: str, reformulation: str | None, previous_cot: str | None, t: int,
+                    cot_in_first_query: bool = False) -> str:
+    """The retrieval query of Alg. 2 iteration ``t``: the CoT joins from t = 2 (from t = 1 for Med-R²-CoT)."""
+    use_cot = t > 1 or cot_in_first_query
+    return retrieval_query(question, reformulation, previous_cot if use_cot else None)

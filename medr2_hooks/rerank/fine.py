@@ -132,6 +132,6 @@ def drop_conflicting(levels: list[int], coarse: list[float], conflicting: list[t
     for i, j, _ in conflicting:
         if i in dropped or j in dropped:
             continue
-        loser = j if (levels[j], -coarse[j]) > (levels[i], -coarse[i]) else i
+        loser = j if (levels[j], -coarse[j]) >= (levels[i], -coarse[i]) else i  # full tie: the later one
         dropped.add(loser)
     return dropped

@@ -162,6 +162,16 @@ def build(recipe: Recipe, folder: Path | None = None, log=print) -> dict:
     return manifest
 
 
+def ensure_index(name: str, log=print) -> Path:
+    """The folder of index ``name``, building it from its recipe first if it has no manifest yet."""
+    from ..corpus.recipe import load_recipe
+
+    folder = index_dir(name)
+    if not (folder / "manifest.json").exists():
+        build(load_recipe(name), folder, log=log)
+    return folder
+
+
 def load_manifest(folder: Path) -> dict:
     path = folder / "manifest.json"
     if not path.exists():
@@ -171,4 +181,4 @@ def load_manifest(folder: Path) -> dict:
     return json.loads(path.read_text())
 
 
-__all__ = ["build", "index_dir", "load_manifest", "read_sources"]
+__all__ = ["build", "ensure_index", "index_dir", "load_manifest", "read_sources"]

@@ -1,0 +1,128 @@
+"""Med-R² formulas with hand-computed values: Eq. 1–4, the query→genre mapping, conflict filtering,
+Alg. 2 termination, window packing, iteration queries, strict label parsing."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from medr2_hooks import loop
+from medr2_hooks.apply.pack import pack
+from medr2_hooks.classify import QUESTION_TYPES
+from medr2_hooks.llm.closed_set import parse_label, softmax
+from medr2_hooks.reformulate import iteration_query
+from medr2_hooks.rerank import fine
+
+
+def test_f_h_levels_and_guideline_level():
+    assert fine.f_h(fine.EVIDENCE_LEVELS["meta-analysis"]) == 9
+    assert fine.f_h(fine.EVIDENCE_LEVELS["randomized controlled trial"]) == 6
+    assert fine.f_h(fine.EVIDENCE_LEVELS["expert opinion"]) == 1
+    from medr2_hooks.corpus.document import GUIDELINE_LEVEL, Document
+
+    assert fine.f_h(GUIDELINE_LEVEL) == 7
+    doc = Document("g1", "Asthma", "Use inhaled corticosteroids.", "guideline", "en", evidence_level=8)
+    assert doc.evidence_level == GUIDELINE_LEVEL  # fixed, whatever the source says
+    with pytest.raises(ValueError):
+        fine.f_h(0)
+
+
+def test_every_question_type_maps_to_genres_and_process_is_included():
+    assert set(fine.EXPECTED_DOC_TYPES) == set(QUESTION_TYPES)
+    assert all(set(v) <= set(fine.DOC_TYPES) for v in fine.EXPECTED_DOC_TYPES.values())
+    assert "process" in fine.EXPECTED_DOC_TYPES["procedural"]
+    assert "definition" in fine.EXPECTED_DOC_TYPES["definition"]  # not "definitional": f_g would be 0
+    assert fine.EXPECTED_DOC_TYPES["hypothetical"] == ("condition", "prediction", "cause-and-effect")
+
+
+def test_f_g_sums_the_expected_genres():
+    probs = {c: 0.0 for c in fine.DOC_TYPES} | {"process": 0.25, "instruction": 0.15, "definition": 0.4, "comparison": 0.2}
+    assert fine.f_g(probs, "procedural") == pytest.approx(0.40)  # process + instruction
+    assert fine.f_g(probs, "definition") == pytest.approx(0.40)  # definition
+    assert fine.f_g(probs, "comparative") == pytest.approx(0.20)
+    assert fine.f_g(probs, "hypothetical") == 0.0
+
+
+def test_f_u_and_eq1():
+    assert fine.f_u(2.5, 2.3) == pytest.approx(0.2)
+    assert fine.f_u(2.0, 2.6) == 0.0  # a document that hurts gets no usefulness, never a negative one
+    assert fine.fine_score(7.0, 0.5, 0.2) == pytest.approx(7 * 0.5 * 1.2)
+    assert fine.fine_score(7.0, 0.5, 0.2, alpha=0.0) == pytest.approx(3.5)
+
+
+def test_conflict_filter_drops_the_lower_level_side():
+    levels = [4, 2, 6, 2]  # e: smaller is more credible
+    coarse = [0.9, 0.8, 0.7, 0.6]
+    assert fine.drop_conflicting(levels, coarse, [(0, 1, 0.9)]) == {0}
+    assert fine.drop_conflicting(levels, coarse, [(0, 1, 0.9), (1, 2, 0.8)]) == {0, 2}
+    assert fine.drop_conflicting(levels, coarse, [(1, 3, 0.7)]) == {3}  # same level: lower coarse score loses
+    assert fine.drop_conflicting([3, 3], [0.5, 0.5], [(0, 1, 0.9)]) == {1}
+    # a pair never loses both sides: one document of any set survives
+    assert len(fine.drop_conflicting([1, 1, 1], [1, 1, 1], [(0, 1, .9), (0, 2, .9), (1, 2, .9)])) == 2
+
+
+def test_softmax_gives_a_distribution_over_labels():
+    p = softmax(np.array([[0.0, math.log(3.0)]]))
+    assert p[0].tolist() == pytest.approx([0.25, 0.75])
+
+
+def test_stability_is_the_centroid_shift():
+    a = loop.centroid(np.array([[1.0, 0.0], [0.0, 1.0]]))
+    b = loop.centroid(np.array([[1.0, 0.0], [1.0, 0.0]]))
+    assert loop.stability(b, a) == pytest.approx(math.sqrt(0.5))
+    assert loop.stability(a, None) is None  # t = 1: no previous set
+
+
+@pytest.mark.parametrize("acc, mu, stop", [
+    (1.0, 0.1, True),  # 10 > 6.85
+    (1.0, 1 / 6.85, False),  # exactly δ is not above it
+    (1.0, 0.2, False),  # 5
+    (0.0, 0.01, False),
+    (1.0, None, False),  # t = 1 never stops
+    (1.0, 0.0, True),  # same set again: +inf
+    (0.0, 0.0, False),  # 0/0 taken as 0
+])
+def test_alg2_termination(acc, mu, stop):
+    assert loop.should_stop(acc, mu, delta=6.85) is stop
+
+
+def test_cot_joins_the_query_from_iteration_2_unless_medr2_cot():
+    assert iteration_query("Q?", "R", "C", t=1) == "Q?\nR"
+    assert iteration_query("Q?", "R", "C", t=2) == "Q?\nR\nC"
+    assert iteration_query("Q?", "R", "C", t=1, cot_in_first_query=True) == "Q?\nR\nC"
+    assert iteration_query("Q?", None, None, t=1) == "Q?"
+    assert iteration_query("Q?", "Q?", None, t=3) == "Q?"  # a reformulation equal to the question adds nothing
+
+
+def test_packing_keeps_question_then_evidence_then_demos():
+    p = pack(100, [300, 500, 200, 100], [400, 400, 400], window=1200, evidence_share=0.5, reserve=0)
+    assert p.evidence == [0, 2, 3]  # 300 + 200 + 100 <= 600; the 500 one is skipped, not cut
+    assert p.skipped_evidence == 1
+    assert p.demos == [0]  # 100 + 600 + 400 = 1100; the next demo would overflow
+    assert p.tokens == 1100
+
+
+def test_question_longer_than_the_window_gets_nothing_and_is_flagged():
+    p = pack(5000, [10], [10], window=4096)
+    assert p.question_over_window and p.evidence == [] and p.demos == []
+
+
+def test_generated_labels_are_parsed_strictly():
+    labels = ["diagnosis", "therapy", "other"]
+    assert parse_label("Therapy.", labels) == "therapy"
+    assert parse_label("The category is diagnosis, not therapy", labels) == "diagnosis"
+    assert parse_label("therapeutic", labels) is None
+    assert parse_label("", labels) is None
+
+
+def test_method_config_rejects_typos_and_unknown_roles():
+    from medr2_hooks.config import ConfigError
+    from medr2_hooks.pipeline.config import MethodConfig
+
+    with pytest.raises(ConfigError, match="unknown key 'iteratons'"):
+        MethodConfig.from_dict({"iteratons": 3})
+    with pytest.raises(ConfigError, match="unknown role 'judge'"):
+        MethodConfig.from_dict({"roles": {"judge": {"model": "x"}}})
+    assert MethodConfig.from_dict({"conflict": {"top": 3}}).conflict.top == 3

@@ -1,0 +1,108 @@
+"""Plumbing of the hub-only models (SPLADE-v3, bge-reranker-v2-m3) on tiny models built locally from a
+config with random weights: pooling, sparsity, index round trip, scoring. Not for reported numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+@pytest.fixture(scope="module")
+def minilm_tokenizer():
+    from transformers import AutoTokenizer
+
+    from medr2_hooks.llm.embedded import resolve
+
+    return AutoTokenizer.from_pretrained(resolve("embedded:minilm"))
+
+
+@pytest.fixture(scope="module")
+def tiny_mlm(tmp_path_factory, minilm_tokenizer):
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=minilm_tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    folder = tmp_path_factory.mktemp("tiny_splade")
+    BertForMaskedLM(config).save_pretrained(folder)
+    minilm_tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+TEXTS = ["Imatinib inhibits the BCR-ABL tyrosine kinase in chronic myeloid leukemia.",
+         "Vitamin C deficiency causes scurvy.", "Insulin lowers blood glucose."]
+
+
+def test_splade_pooling_is_max_log1p_relu_over_attended_tokens(tiny_mlm):
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from medr2_hooks.retrieve.sparse import SpladeEncoder
+
+    encoder = SpladeEncoder(tiny_mlm, max_length=64, query_max_length=32, batch_size=2, device="cpu")
+    matrix = encoder.encode(TEXTS)
+    assert matrix.shape == (3, encoder.vocab_size)
+    tok, model = AutoTokenizer.from_pretrained(tiny_mlm), AutoModelForMaskedLM.from_pretrained(tiny_mlm).eval()
+    for i, text in enumerate(TEXTS):
+        batch = tok([text], return_tensors="pt", truncation=True, max_length=64)
+        with torch.no_grad():
+            logits = model(**batch).logits[0]
+        expected = torch.log1p(torch.relu(logits)).max(dim=0).values.numpy()
+        assert np.allclose(matrix[i].toarray()[0], expected, atol=1e-5)
+    assert (matrix.toarray() >= 0).all()
+    assert matrix.nnz < matrix.shape[0] * matrix.shape[1]  # relu zeroes make the vectors sparse
+
+
+def test_splade_index_round_trip_and_dot_product_scoring(tmp_path, tiny_mlm):
+    from medr2_hooks.retrieve.sparse import SpladeEncoder, SpladeIndex, save_csr
+
+    encoder = SpladeEncoder(tiny_mlm, max_length=64, query_max_length=32, device="cpu")
+    docs = encoder.encode(TEXTS)
+    save_csr(tmp_path / "docs.npz", docs)
+    index = SpladeIndex(tmp_path / "docs.npz", encoder)
+    assert (index.docs != docs).nnz == 0
+    queries = ["BCR-ABL kinase inhibitor", "scurvy"]
+    scores, rows = index.search(queries, k=3)
+    dense = encoder.encode(queries, query=True).toarray() @ docs.toarray().T
+    expected = np.argsort(-dense, axis=1, kind="stable")
+    assert np.array_equal(rows, expected)
+    assert np.allclose(scores, np.take_along_axis(dense, expected, axis=1), atol=1e-4)
+
+
+def test_splade_retriever_in_a_built_index(tmp_path, tiny_mlm):
+    from medr2_hooks.config import from_dict
+    from medr2_hooks.corpus.recipe import Recipe
+    from medr2_hooks.retrieve.build import build
+    from medr2_hooks.retrieve.searcher import Searcher
+
+    (tmp_path / "docs.jsonl").write_text("".join(
+        f'{{"doc_id": "d{i}", "text": "{t}", "source_type": "book"}}\n' for i, t in enumerate(TEXTS)))
+    recipe = from_dict(Recipe, {"name": "tiny", "folder": str(tmp_path),
+                                "sources": [{"reader": "generic_jsonl", "base": "recipe", "paths": "docs.jsonl"}],
+                                "segmentation": {"tokenizer": "whitespace"}, "dense": None, "bm25": {},
+                                "splade": {"model": tiny_mlm, "max_length": 64, "query_max_length": 32}}, "tiny")
+    manifest = build(recipe, folder=tmp_path / "idx", log=lambda *_: None)
+    assert "splade" in manifest and "splade/docs.npz" in manifest["files"]
+    (hits,) = Searcher.open(tmp_path / "idx").search(["scurvy vitamin"], k=3)
+    assert {h.doc_id for h in hits} == {"d0", "d1", "d2"}
+    assert all({"splade", "bm25"} >= set(h.scores) for h in hits)
+
+
+def test_cross_encoder_reranker_plumbing(tmp_path, minilm_tokenizer):
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from medr2_hooks.rerank.coarse import CrossEncoderReranker
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=minilm_tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, num_labels=1)
+    BertForSequenceClassification(config).save_pretrained(tmp_path)
+    minilm_tokenizer.save_pretrained(tmp_path)
+    reranker = CrossEncoderReranker(str(tmp_path), max_length=64, batch_size=2, device="cpu")
+    pairs = [("What causes scurvy?", t) for t in TEXTS]
+    scores = reranker.score(pairs)
+    assert len(scores) == 3 and all(0.0 < s < 1.0 for s in scores)  # normalize=True: sigmoid scores
+    assert reranker.score(pairs[:1]) == pytest.approx(scores[:1], abs=1e-5)
+    assert reranker.model_id.startswith("cross_encoder:")
