@@ -126,3 +126,26 @@ def test_method_config_rejects_typos_and_unknown_roles():
     with pytest.raises(ConfigError, match="unknown role 'judge'"):
         MethodConfig.from_dict({"roles": {"judge": {"model": "x"}}})
     assert MethodConfig.from_dict({"conflict": {"top": 3}}).conflict.top == 3
+
+
+def test_stage_cache_recomputes_corrupt_and_foreign_entries(tmp_path):
+    from medr2_hooks.cache import StageCache
+
+    cache = StageCache(tmp_path / "c.sqlite")
+    calls = []
+
+    def compute(xs):
+        calls.append(list(xs))
+        return [x * 2 for x in xs]
+
+    assert cache.cached("double", [1, 2, 3], {"m": "a"}, compute) == [2, 4, 6]
+    assert cache.cached("double", [1, 2, 3], {"m": "a"}, compute) == [2, 4, 6]
+    assert calls == [[1, 2, 3]]  # the second run made no call
+    key = cache.key(2, {"m": "a"})
+    cache._db.execute("UPDATE stage SET value = '{not json' WHERE key = ?", [key])
+    assert cache.cached("double", [1, 2, 3], {"m": "a"}, compute) == [2, 4, 6]
+    assert calls[-1] == [2] and cache.stats["double:corrupt"] == 1
+    cache._db.execute("UPDATE stage SET config = 'other' WHERE key = ?", [key])
+    assert cache.cached("double", [2], {"m": "a"}, compute) == [4]
+    assert calls[-1] == [2] and cache.stats["double:foreign"] == 1
+    assert cache.cached("double", [1], {"m": "b"}, compute) == [2] and calls[-1] == [1]  # another config

@@ -75,7 +75,11 @@ class StageCache:
         for i in missing:
             todo.setdefault(keys[i], inputs[i])
         todo_keys = list(todo)
-        for start in range(0, len(todo_keys), batch_size):
+        from tqdm.auto import tqdm
+
+        batches = range(0, len(todo_keys), batch_size)
+        for start in tqdm(batches, desc=f"{stage} ({len(todo_keys)} to compute)", unit="batch",
+                          disable=len(batches) < 2, leave=False):
             chunk = todo_keys[start:start + batch_size]
             values = compute([todo[k] for k in chunk])
             if len(values) != len(chunk):

@@ -93,3 +93,10 @@ def doc_to_target(doc: dict) -> int:
 
 def record_path(method: str, benchmark: str) -> Path:
     return settings.results_dir() / "prepass" / f"{method}_{benchmark}.json"
+
+
+def doc_to_text_generative(doc: dict) -> str:
+    """The generative variant: evidence and demonstrations, then the question with the CoT cue."""
+    from .generative import doc_to_text as question_with_cue
+
+    return doc["prefix"] + question_with_cue(doc)

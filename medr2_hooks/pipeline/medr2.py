@@ -126,7 +126,14 @@ class MedR2:
                                         exclude_pmids=[x[1] for x in items])
             return [[h.to_json() for h in row] for row in hits]
 
-        out = self.cached("retrieve", [[q, p] for q, p in zip(queries, pmids)], config, compute, batch_size=256)
+        # Rule: an empty query (an empty question) retrieves nothing and is counted; the item is answered
+        # without evidence like a direct-response item instead of failing the run.
+        searchable = [i for i, q in enumerate(queries) if q.strip()]
+        self.counts["empty_questions"] += len(queries) - len(searchable)
+        found = self.cached("retrieve", [[queries[i], pmids[i]] for i in searchable], config, compute, batch_size=256)
+        out: list[list[dict]] = [[] for _ in queries]
+        for i, hits in zip(searchable, found):
+            out[i] = hits
         self.counts["no_documents_retrieved"] += sum(not hits for hits in out)
         return out
 
