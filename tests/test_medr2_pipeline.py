@@ -82,7 +82,7 @@ def _pipeline(tmp_path, log, **overrides):
     pool = BackendPool()
     get = pool.get
     pool.get = lambda spec: Recorder(get(spec), log)
-    searcher = Searcher.open(ensure_index("textbooks_demo"))
+    searcher = Searcher.open(ensure_index("textbooks_demo"), retrievers=tuple(overrides.get("retrievers") or ()) or None)
     search = searcher.search
     searcher.search = lambda queries, **kw: (log.append(("search", json.dumps(queries))), search(queries, **kw))[1]
     cfg = MethodConfig.from_dict({**TINY, **overrides})
@@ -159,3 +159,19 @@ def test_pubmedqa_abstract_and_long_answer_reach_no_model(tmp_path, data_root):
     for r in records + demos:
         assert json.dumps(raw[r.id]["LONG_ANSWER"])[1:40] not in sent
         assert all(json.dumps(ctx)[1:40] not in sent for ctx in raw[r.id]["CONTEXTS"])
+
+
+def test_vanilla_rag_searches_the_raw_question_densely_and_calls_no_model(tmp_path, usmle):
+    from medr2_hooks.lmeval.medr2 import prepare_records
+
+    records, demos = usmle
+    log: list = []
+    variant = {"method": "vanilla_rag", "retrievers": ["dense"], "classify": False, "reformulate": False,
+               "rerank": False, "cot": False}
+    packs, record = prepare_records(_pipeline(tmp_path, log, **variant), "medqa_usmle", records, demos)
+    queries = [q for kind, payload in log if kind == "search" for q in json.loads(payload)]
+    assert queries == [r.question for r in records + demos]  # exactly the raw questions, once each
+    assert _model_calls(log) == []
+    for p in packs:
+        assert p["evidence"] and all(set(e["scores"]) == {"dense"} for e in p["evidence"])
+        assert p["n_demos"] == 0 and p["cot"] is None and len(p["iterations"]) == 1
