@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model_args", default="", help="lm-eval model args, e.g. pretrained=<hub id or path>,dtype=bfloat16")
     parser.add_argument("--limit", type=float, help="first N items per task (or a fraction if < 1)")
     parser.add_argument("--num_fewshot", type=int, help="demonstrations from the task's demo pool")
-    parser.add_argument("--batch_size", help="lm-eval batch size (default: 4 for embedded Gemma, else auto)")
+    parser.add_argument("--batch_size", help="lm-eval batch size (default for embedded Gemma: 4, 1 for retrieval tasks; else auto)")
     parser.add_argument("--gen_kwargs", help="generation overrides for generative tasks, e.g. max_gen_toks=64")
     parser.add_argument("--device", help="cpu, cuda, cuda:0, ... (default: lm-eval's choice)")
     parser.add_argument("--output_path", help="folder for this run (default: results/runs/<name>)")

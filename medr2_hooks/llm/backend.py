@@ -55,6 +55,9 @@ class Backend(Protocol):
 
 
 def cut_at_stop(text: str, stop: list[str] | None) -> str:
+    """``text`` up to the first stop string, after leading blank lines (a reply that opens with a newline is
+    not an empty reply)."""
+    text = text.lstrip("\n")
     if not stop:
         return text
     cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=len(text))

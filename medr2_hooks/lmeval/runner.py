@@ -22,8 +22,17 @@ from ..llm import embedded
 from .registry import check_tasks
 
 # Gemma-3 has a 262,144-token vocabulary and lm-eval's hf backend keeps full-vocabulary float32 logits per
-# batch: batch 16 was killed at 24 GB on MMLU-Med prompts, batch 4 runs (method-notes §7).
+# batch: batch 16 was killed at 24 GB on MMLU-Med prompts, batch 4 runs (method-notes §7). Retrieval tasks
+# carry ~2,000-token prompts: batch 4 peaked at 23.4 GB there, so they get batch 1.
 EMBEDDED_BATCH_SIZE = {"embedded:gemma-270m": 4}
+LONG_PROMPT_TASKS = ("medr2", "vanilla_rag", "llm_amt")
+
+
+def default_batch_size(model: str, tasks: list[str]) -> int | None:
+    size = EMBEDDED_BATCH_SIZE.get(model)
+    if size and any(marker in task for task in tasks for marker in LONG_PROMPT_TASKS):
+        return 1
+    return size
 
 
 @dataclass
@@ -58,18 +67,15 @@ def parse_model_args(text: str) -> dict[str, str]:
     return out
 
 
-def resolve_model(model: str, model_args: str) -> tuple[str, dict[str, str], str | None]:
-    """(lm-eval model type, model args with embedded names resolved, default batch size)."""
+def resolve_model(model: str, model_args: str) -> tuple[str, dict[str, str]]:
+    """(lm-eval model type, model args with embedded names resolved)."""
     args = parse_model_args(model_args)
-    batch = None
     if embedded.is_embedded(model):
-        batch = EMBEDDED_BATCH_SIZE.get(model)
         args = {"pretrained": embedded.resolve(model), "dtype": "float32", **args}
         model = "hf"
     elif embedded.is_embedded(args.get("pretrained", "")):
-        batch = EMBEDDED_BATCH_SIZE.get(args["pretrained"])
         args["pretrained"] = embedded.resolve(args["pretrained"])
-    return model, args, batch
+    return model, args
 
 
 def _default_device() -> str:
@@ -118,8 +124,9 @@ def run_eval(cfg: EvalConfig) -> dict:
     if cfg.limit is not None and cfg.limit >= 1:
         metadata.setdefault("limit", int(cfg.limit))  # retrieval pre-passes only prepare the items evaluated
     task_manager = check_tasks(cfg.tasks, metadata)
-    lm_model, model_args, default_batch = resolve_model(cfg.model, cfg.model_args)
-    batch_size = cfg.batch_size or default_batch or "auto"
+    lm_model, model_args = resolve_model(cfg.model, cfg.model_args)
+    embedded_name = cfg.model if embedded.is_embedded(cfg.model) else parse_model_args(cfg.model_args).get("pretrained", "")
+    batch_size = cfg.batch_size or default_batch_size(embedded_name, cfg.tasks) or "auto"
     device = cfg.device or _default_device()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     name = cfg.run_name or f"{'+'.join(cfg.tasks)}__{cfg.model.replace('/', '_').replace(':', '-')}__{stamp}"

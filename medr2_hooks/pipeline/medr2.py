@@ -28,6 +28,9 @@ from ..rerank import fine
 from .config import MethodConfig
 from .identity import backend_identity
 
+# Bump when post-processing of generated text changes, so cached generations are recomputed.
+GENERATION_VERSION = 2
+
 
 class MedR2:
     def __init__(self, cfg: MethodConfig, cache: StageCache | None = None, pool: BackendPool | None = None,
@@ -90,7 +93,8 @@ class MedR2:
         if not self.cfg.reformulate:
             return [None] * len(questions)
         out = self.cached("reformulate", [[q.question, lab["ebm"]] for q, lab in zip(questions, labels)],
-                          {"model": self.ids["reformulator"], "max_new_tokens": self.cfg.reformulate_max_new_tokens},
+                          {"model": self.ids["reformulator"], "max_new_tokens": self.cfg.reformulate_max_new_tokens,
+                           "version": GENERATION_VERSION},
                           lambda xs: reformulate_stage.reformulate(self.llm("reformulator"), [x[0] for x in xs],
                                                                    [x[1] for x in xs],
                                                                    self.cfg.reformulate_max_new_tokens))

@@ -12,7 +12,7 @@ from ..apply.pack import pack
 from ..apply.prompts import question_prompt
 from ..data.record import Question
 from ..reformulate import iteration_query
-from .medr2 import MedR2
+from .medr2 import GENERATION_VERSION, MedR2
 
 
 def _evidence_record(h: dict) -> dict:
@@ -29,7 +29,7 @@ def iterate(m: MedR2, questions: list[Question], pmids: list[str | None]) -> lis
     state = [{"iterations": [], "cot": None, "prev_centroid": None, "done": False} for _ in questions]
     if cfg.cot and cfg.cot_in_first_query:  # Med-R²-CoT: a CoT from the question alone seeds iteration 1
         seeds = m.cached("cot", [[q.question, q.options, []] for q in questions],
-                         {"model": m.ids["cot"], "max_new_tokens": cfg.cot_max_new_tokens},
+                         {"model": m.ids["cot"], "max_new_tokens": cfg.cot_max_new_tokens, "version": GENERATION_VERSION},
                          lambda xs: _cots(m, xs))
         for s, c in zip(state, seeds):
             s["cot"] = c["cot"]
@@ -47,7 +47,7 @@ def iterate(m: MedR2, questions: list[Question], pmids: list[str | None]) -> lis
         if cfg.cot:
             cots = m.cached("cot", [[questions[i].question, questions[i].options, [h["text"] for h in sel]]
                                     for i, sel in zip(active, selected)],
-                            {"model": m.ids["cot"], "max_new_tokens": cfg.cot_max_new_tokens}, lambda xs: _cots(m, xs))
+                            {"model": m.ids["cot"], "max_new_tokens": cfg.cot_max_new_tokens, "version": GENERATION_VERSION}, lambda xs: _cots(m, xs))
         else:
             cots = [{"cot": None, "answer": None} for _ in active]
         for j, i in enumerate(active):
