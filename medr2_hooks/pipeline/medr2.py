@@ -106,13 +106,19 @@ class MedR2:
         ``f_u`` and for Acc in Alg. 2. Never the gold label."""
         def compute(items):
             backend = self.llm("reference")
-            out = []
-            for item in items:
-                prompt = cot_stage.question_block(item["q"], item["o"], list(item["o"]) != list(item["o"].values()))
-                p = label_distribution(backend, [prompt + "\nAnswer:"], list(item["o"]), role="reference")[0]
-                label = list(item["o"])[int(np.argmax(p))]
-                text = label if item["o"][label] == label else f"{label}. {item['o'][label]}"
-                out.append({"label": label, "text": text, "probs": dict(zip(item["o"], map(float, p)))})
+            groups: dict[tuple[str, ...], list[int]] = {}  # one batched call per label set
+            for i, item in enumerate(items):
+                groups.setdefault(tuple(item["o"]), []).append(i)
+            out: list[dict] = [{} for _ in items]
+            for labels, idx in groups.items():
+                prompts = [cot_stage.question_block(items[i]["q"], items[i]["o"],
+                                                    list(labels) != list(items[i]["o"].values())) + "\nAnswer:"
+                           for i in idx]
+                for i, p in zip(idx, label_distribution(backend, prompts, list(labels), role="reference")):
+                    options = items[i]["o"]
+                    label = labels[int(np.argmax(p))]
+                    text = label if options[label] == label else f"{label}. {options[label]}"
+                    out[i] = {"label": label, "text": text, "probs": dict(zip(labels, map(float, p)))}
             return out
 
         return self.cached("reference", [{"q": q.question, "o": q.options} for q in questions],
