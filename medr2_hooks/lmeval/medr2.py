@@ -9,18 +9,18 @@ times, model calls, tokens, cache hits, fallback counts) is written next to the 
 Task metadata: ``benchmark``, ``method`` (a MethodConfig mapping), ``variant`` (settings a task family
 changes, e.g. Med-R²-CoT's ``cot_in_first_query``), and optionally ``limit`` (pre-pass only the
 first N evaluation items: lm-eval's ``--limit`` is not visible to dataset hooks), ``source``, ``data_dir``,
-``subject``. ``--metadata '{"method": {"window": 8192}}'`` overrides method settings.
+``subject``. ``--metadata '{"method_override": {"window": 8192}}'`` overrides method settings.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 from .. import data, settings
 from ..apply import prompts
+from ..corpus.store import atomic_write_text
 from ..data.record import Record
 from ..pipeline.config import MethodConfig
 
@@ -40,8 +40,6 @@ def load_dataset(benchmark: str, method: dict | None = None, variant: dict | Non
 
     from ..pipeline.medr2 import MedR2
 
-    env_limit = os.environ.get("MEDR2_PREPASS_LIMIT")
-    limit = int(env_limit) if env_limit else limit
     # settings: the template's method, the task's variant (e.g. Med-R²-CoT), then the user's overrides
     merged = _merge(_merge(method or {}, variant or {}), metadata.pop("method_override", {}) or {})
     cfg = MethodConfig.from_dict(merged, f"{benchmark} method")
@@ -69,13 +67,14 @@ def prepare_records(pipeline, benchmark: str, eval_records: list[Record], demos:
                    [d.public() for d in demos], [d.answer for d in demos], [d.meta.get("pmid") for d in demos])
 
 
+def record_path(method: str, benchmark: str) -> Path:
+    return settings.results_dir() / "prepass" / f"{method}_{benchmark}.json"
+
+
 def _write_record(record: dict, benchmark: str, cfg: MethodConfig) -> None:
-    folder = settings.results_dir() / "prepass"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{cfg.method}_{benchmark}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=1, ensure_ascii=False, default=str))
-    os.replace(tmp, path)
+    path = record_path(cfg.method, benchmark)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(record, indent=1, ensure_ascii=False, default=str))
     log.info("pre-pass record: %s (stages %s)", path, record["stage_seconds"])
 
 
@@ -89,10 +88,6 @@ def doc_to_choice(doc: dict) -> list[str]:
 
 def doc_to_target(doc: dict) -> int:
     return doc["gold"]
-
-
-def record_path(method: str, benchmark: str) -> Path:
-    return settings.results_dir() / "prepass" / f"{method}_{benchmark}.json"
 
 
 def doc_to_text_generative(doc: dict) -> str:

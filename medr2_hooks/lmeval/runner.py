@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import settings
+from ..corpus.store import atomic_write_text
 from ..llm import embedded
 from .registry import check_tasks
 
@@ -105,12 +106,6 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _atomic_write_json(path: Path, obj) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def run_eval(cfg: EvalConfig) -> dict:
     """Evaluate, save lm-eval results (+ samples) and a run record under ``results/``; log to W&B."""
     if embedded.is_embedded(cfg.model):
@@ -176,7 +171,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         "groups": results.get("groups", {}),
         "n_samples": results.get("n-samples", {}),
     }
-    _atomic_write_json(out_dir / "run.json", record)
+    atomic_write_text(out_dir / "run.json", json.dumps(record, indent=2, ensure_ascii=False, default=str))
 
     if cfg.wandb:
         _log_wandb(cfg, name, results, samples, record, out_dir)
