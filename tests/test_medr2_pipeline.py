@@ -37,9 +37,12 @@ def test_usefulness_uses_the_reference_answer_and_a_truly_empty_no_document_row(
 
     assert fine.answer_prompt("What is the capital of France?", None) == "Question: What is the capital of France?\nAnswer:"
     calls = gemma.usage.calls
-    l_init, l_x = fine.answer_losses(gemma, "What is the capital of France?", "Paris",
-                                     ["Paris is the capital and largest city of France.", "Mitochondria make ATP."])
-    assert gemma.usage.calls == calls + 1  # the k + 1 rows of one question in one batch
+    [(l_init, l_x), (other_init, _)] = fine.answer_losses(gemma, [
+        ("What is the capital of France?", "Paris",
+         ["Paris is the capital and largest city of France.", "Mitochondria make ATP."]),
+        ("What makes ATP?", "Mitochondria", ["Mitochondria make ATP."])])
+    assert gemma.usage.calls == calls + 1  # the k + 1 rows of every question in one batch
+    assert other_init != l_init
     (alone,) = gemma.score(["Question: What is the capital of France?\nAnswer:"], [" Paris"])
     assert l_init == pytest.approx(-alone[0] / alone[1], abs=1e-4)
     assert fine.f_u(l_init, l_x[0]) > 0  # the helpful document lowers the answer's loss

@@ -25,7 +25,7 @@ from ..data.record import Question
 from ..llm import BackendPool
 from ..llm.closed_set import label_distribution
 from ..rerank import fine
-from .config import MethodConfig
+from .config import ROLES, MethodConfig
 from .identity import backend_identity
 
 # Bump when post-processing of generated text changes, so cached generations are recomputed.
@@ -39,9 +39,7 @@ class MedR2:
         self._searcher = searcher
         self.timings: Counter = Counter()
         self.counts: Counter = Counter()
-        self.ids = {role: backend_identity(cfg.role(role)) for role in
-                    ("classifier", "reformulator", "cot", "doc_typer", "leveler", "reference", "proxy", "relevance",
-                     "conflict")}
+        self.ids = {role: backend_identity(cfg.role(role)) for role in ROLES}
 
     # -- plumbing --------------------------------------------------------------------------------------------
     @contextmanager
@@ -182,29 +180,32 @@ class MedR2:
             return [[{**h, "evidence_level": h.get("evidence_level"), "f_h": None, "f_g": None, "f_u": None, "F": None}
                      for h in hits] for hits in coarse]
         cfg, judge_len = self.cfg, self.cfg.max_doc_tokens
-        docs = {h["doc_id"] + f"#{h['passage']}": h for hits in coarse for h in hits}
+        docs = {_doc_key(h): h for hits in coarse for h in hits}
         keys = list(docs)
 
-        def cut(backend, text):
-            return backend.truncate(text, judge_len)
+        def judged(role: str, texts: list[str]):
+            """The role's backend and the texts cut to the judges' length."""
+            backend = self.llm(role)
+            return backend, [backend.truncate(t, judge_len) for t in texts]
 
         levels = dict(zip(keys, self.cached(
             "evidence_level", [[docs[k]["text"], docs[k]["source_type"]] for k in keys],
             {"model": self.ids["leveler"], "max_doc_tokens": judge_len},
-            lambda xs: fine.evidence_levels(self.llm("leveler"), [cut(self.llm("leveler"), x[0]) for x in xs],
-                                            [x[1] for x in xs]))))
+            lambda xs: fine.evidence_levels(*judged("leveler", [x[0] for x in xs]), [x[1] for x in xs]))))
         types = dict(zip(keys, self.cached(
             "doc_type", [docs[k]["text"] for k in keys], {"model": self.ids["doc_typer"], "max_doc_tokens": judge_len},
-            lambda xs: fine.doc_type_distributions(self.llm("doc_typer"), [cut(self.llm("doc_typer"), x) for x in xs]))))
+            lambda xs: fine.doc_type_distributions(*judged("doc_typer", xs)))))
 
         def losses(items):
             backend = self.llm("proxy")
-            out = []
-            for item in items:
-                init, per_doc = fine.answer_losses(backend, item["q"], item["ref"],
-                                                   [cut(backend, d) for d in item["docs"]])
-                out.append({"init": init, "docs": per_doc})
-            return out
+            scored = fine.answer_losses(backend, [(x["q"], x["ref"], [backend.truncate(d, judge_len) for d in x["docs"]])
+                                                  for x in items])
+            return [{"init": init, "docs": per_doc} for init, per_doc in scored]
+
+        def judge_conflicts(sets):
+            backend = self.llm("conflict")
+            return fine.conflicts(backend, [[backend.truncate(d, judge_len) for d in docs_] for docs_ in sets],
+                                  cfg.conflict)
 
         loss = self.cached("usefulness", [{"q": q.question, "ref": r["text"], "docs": [h["text"] for h in hits]}
                                           for q, r, hits in zip(questions, refs, coarse)],
@@ -212,16 +213,13 @@ class MedR2:
         conflict_pairs = self.cached(
             "conflict", [[h["text"] for h in hits[: cfg.conflict.top]] for hits in coarse],
             {"model": self.ids["conflict"], "top": cfg.conflict.top, "threshold": cfg.conflict.threshold,
-             "max_doc_tokens": judge_len},
-            lambda xs: [fine.conflicts(self.llm("conflict"), [cut(self.llm("conflict"), d) for d in x], cfg.conflict)
-                        for x in xs], batch_size=16)
+             "max_doc_tokens": judge_len}, judge_conflicts, batch_size=16)
         out = []
         for lab, hits, lo, confl in zip(labels, coarse, loss, conflict_pairs):
             scored = []
             for h, l_x in zip(hits, lo["docs"]):
-                key = h["doc_id"] + f"#{h['passage']}"
-                level = levels[key]["level"]
-                fh, fg, fu = fine.f_h(level), fine.f_g(types[key], lab["qtype"]), fine.f_u(lo["init"], l_x)
+                level = levels[_doc_key(h)]["level"]
+                fh, fg, fu = fine.f_h(level), fine.f_g(types[_doc_key(h)], lab["qtype"]), fine.f_u(lo["init"], l_x)
                 scored.append({**h, "evidence_level": level, "f_h": fh, "f_g": fg, "f_u": fu, "l_init": lo["init"],
                                "l_x": l_x, "F": fine.fine_score(fh, fg, fu, cfg.alpha)})
             dropped = fine.drop_conflicting([s["evidence_level"] for s in scored], [s["coarse"] for s in scored],
@@ -231,3 +229,8 @@ class MedR2:
             kept = [s for i, s in enumerate(scored) if i not in dropped]
             out.append(sorted(kept, key=lambda s: -s["F"]))
         return out
+
+
+def _doc_key(hit: dict) -> str:
+    """Document-only factors are keyed by the evidence unit: the document and its passage."""
+    return f"{hit['doc_id']}#{hit['passage']}"

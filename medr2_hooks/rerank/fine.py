@@ -98,13 +98,21 @@ def answer_prompt(question: str, document: str | None) -> str:
     return f"{head}Question: {question}\nAnswer:"
 
 
-def answer_losses(backend, question: str, reference: str, documents: list[str]) -> tuple[float, list[float]]:
-    """``ℓ_init`` and ``ℓ_x`` per document: mean token cross-entropy of ``" " + reference``; the ``k + 1`` rows
-    of the question go to the backend in one batch."""
-    prompts = [answer_prompt(question, None)] + [answer_prompt(question, d) for d in documents]
-    scored = backend.score(prompts, [f" {reference}"] * len(prompts), role="usefulness_proxy")
-    losses = [-lp / n for lp, n in scored]
-    return losses[0], losses[1:]
+def answer_losses(backend, items: list[tuple[str, str, list[str]]]) -> list[tuple[float, list[float]]]:
+    """For each ``(question, reference, documents)``: ``ℓ_init`` and ``ℓ_x`` per document, the mean token
+    cross-entropy of ``" " + reference``. The ``k + 1`` rows of every question go to the backend in one batch."""
+    prompts, continuations, sizes = [], [], []
+    for question, reference, documents in items:
+        rows = [answer_prompt(question, None)] + [answer_prompt(question, d) for d in documents]
+        prompts += rows
+        continuations += [f" {reference}"] * len(rows)
+        sizes.append(len(rows))
+    losses = [-lp / n for lp, n in backend.score(prompts, continuations, role="usefulness_proxy")] if prompts else []
+    out, start = [], 0
+    for size in sizes:
+        out.append((losses[start], losses[start + 1:start + size]))
+        start += size
+    return out
 
 
 def conflict_prompt(a: str, b: str) -> str:
@@ -117,13 +125,18 @@ class ConflictConfig:
     threshold: float = 0.5  # p(yes) above this is a conflict
 
 
-def conflicts(backend, documents: list[str], cfg: ConflictConfig) -> list[tuple[int, int, float]]:
-    pairs = list(itertools.combinations(range(min(cfg.top, len(documents))), 2))
-    if not pairs:
-        return []
-    probs = label_distribution(backend, [conflict_prompt(documents[i], documents[j]) for i, j in pairs],
+def conflicts(backend, document_sets: list[list[str]], cfg: ConflictConfig) -> list[list[tuple[int, int, float]]]:
+    """Per document set, the conflicting pairs ``(i, j, p_yes)`` among its ``cfg.top`` first documents; the
+    pairs of every set are judged in one batched call."""
+    pairs = [(s, i, j) for s, docs in enumerate(document_sets)
+             for i, j in itertools.combinations(range(min(cfg.top, len(docs))), 2)]
+    probs = label_distribution(backend, [conflict_prompt(document_sets[s][i], document_sets[s][j]) for s, i, j in pairs],
                                ["yes", "no"], "conflict_judge")
-    return [(i, j, float(p[0])) for (i, j), p in zip(pairs, probs) if p[0] > cfg.threshold]
+    out: list[list[tuple[int, int, float]]] = [[] for _ in document_sets]
+    for (s, i, j), p in zip(pairs, probs):
+        if p[0] > cfg.threshold:
+            out[s].append((i, j, float(p[0])))
+    return out
 
 
 def drop_conflicting(levels: list[int], coarse: list[float], conflicting: list[tuple[int, int, float]]) -> set[int]:
