@@ -27,10 +27,9 @@ def iterate(m: MedR2, questions: list[Question], pmids: list[str | None]) -> lis
     reforms = m.reformulate(questions, labels)
     refs = m.references(questions) if (cfg.rerank or cfg.cot) else [None] * len(questions)
     state = [{"iterations": [], "cot": None, "prev_centroid": None, "done": False} for _ in questions]
+    cot_config = {"model": m.ids["cot"], "max_new_tokens": cfg.cot_max_new_tokens, "version": GENERATION_VERSION}
     if cfg.cot and cfg.cot_in_first_query:  # Med-R²-CoT: a CoT from the question alone seeds iteration 1
-        seeds = m.cached("cot", [[q.question, q.options, []] for q in questions],
-                         {"model": m.ids["cot"], "max_new_tokens": cfg.cot_max_new_tokens, "version": GENERATION_VERSION},
-                         lambda xs: _cots(m, xs))
+        seeds = m.cached("cot", [[q.question, q.options, []] for q in questions], cot_config, lambda xs: _cots(m, xs))
         for s, c in zip(state, seeds):
             s["cot"] = c["cot"]
     rounds = cfg.iterations if cfg.cot else 1
@@ -46,8 +45,7 @@ def iterate(m: MedR2, questions: list[Question], pmids: list[str | None]) -> lis
         selected = [select_evidence(m, hits) for hits in ranked]
         if cfg.cot:
             cots = m.cached("cot", [[questions[i].question, questions[i].options, [h["text"] for h in sel]]
-                                    for i, sel in zip(active, selected)],
-                            {"model": m.ids["cot"], "max_new_tokens": cfg.cot_max_new_tokens, "version": GENERATION_VERSION}, lambda xs: _cots(m, xs))
+                                    for i, sel in zip(active, selected)], cot_config, lambda xs: _cots(m, xs))
         else:
             cots = [{"cot": None, "answer": None} for _ in active]
         for j, i in enumerate(active):
@@ -113,9 +111,9 @@ def prepare(m: MedR2, benchmark: str, questions: list[Question], pmids: list[str
     demo_tokens = m.target_tokens(demo_texts)
     packs = []
     with m.stage("pack"):
-        for q, s in zip(questions, q_states):
+        question_tokens = m.target_tokens([question_prompt(benchmark, q) for q in questions])
+        for q_tokens, s in zip(question_tokens, q_states):
             evidence = s.get("evidence", [])
-            q_tokens = m.target_tokens([question_prompt(benchmark, q)])[0]
             ev_tokens = m.target_tokens([f"[{i}] {h['text']}\n" for i, h in enumerate(evidence, 1)])
             packed = pack(q_tokens, ev_tokens, demo_tokens, m.cfg.window, m.cfg.evidence_share)
             m.counts["question_over_window"] += packed.question_over_window
