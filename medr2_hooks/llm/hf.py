@@ -13,6 +13,18 @@ from .backend import Usage, cut_at_stop
 from .embedded import resolve
 
 
+def pad(seqs: list[list[int]], pad_id: int, left: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Token ids, attention mask and position ids of ``seqs`` padded to one width (left: sequences end together)."""
+    width = max(map(len, seqs))
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for j, seq in enumerate(seqs):
+        span = slice(width - len(seq), width) if left else slice(0, len(seq))
+        ids[j, span] = torch.tensor(seq)
+        mask[j, span] = 1
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
 class HFBackend:
     def __init__(self, model: str, dtype: str = "float32", device: str | None = None, batch_size: int = 8,
                  max_length: int | None = None):
@@ -69,14 +81,8 @@ class HFBackend:
         out: list[tuple[float, int]] = [(0.0, 0)] * len(rows)
         total = 0
         for idx in self._batches(len(rows), [len(c) + len(x) for c, x in rows]):
-            seqs = [rows[i][0] + rows[i][1] for i in idx]
-            width, n_cont = max(map(len, seqs)), max(len(rows[i][1]) for i in idx)
-            ids = torch.full((len(idx), width), self.tokenizer.pad_token_id, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for j, seq in enumerate(seqs):
-                ids[j, width - len(seq):] = torch.tensor(seq)
-                mask[j, width - len(seq):] = 1
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            n_cont = max(len(rows[i][1]) for i in idx)
+            ids, mask, positions = pad([rows[i][0] + rows[i][1] for i in idx], self.tokenizer.pad_token_id, left=True)
             logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                                 position_ids=positions.to(self.device), logits_to_keep=n_cont + 1).logits
             logprobs = logits[:, :-1].float().log_softmax(-1)  # position t predicts token t + 1
@@ -124,23 +130,13 @@ def score_choices(backend: HFBackend, prompts: list[str], choices: list[str], ro
     if any(not c for c in cont):
         raise ValueError("empty choice: nothing to score")
     n_choices, width_c = len(cont), max(map(len, cont))
-    cont_ids = torch.full((n_choices, width_c), tok.pad_token_id, dtype=torch.long)
-    cont_mask = torch.zeros_like(cont_ids)
-    for j, c in enumerate(cont):
-        cont_ids[j, : len(c)] = torch.tensor(c)
-        cont_mask[j, : len(c)] = 1
+    cont_ids, cont_mask, _ = pad(cont, tok.pad_token_id, left=False)
     ctx = tok(prompts, add_special_tokens=True)["input_ids"]
     ctx = [c[-(backend.max_length - width_c):] for c in ctx]
     out: list[list[float]] = [[] for _ in prompts]
     total = 0
     for idx in backend._batches(len(ctx), [len(c) for c in ctx]):
-        width = max(len(ctx[i]) for i in idx)
-        ids = torch.full((len(idx), width), tok.pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for j, i in enumerate(idx):
-            ids[j, width - len(ctx[i]):] = torch.tensor(ctx[i])
-            mask[j, width - len(ctx[i]):] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        ids, mask, positions = pad([ctx[i] for i in idx], tok.pad_token_id, left=True)
         first = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
                       use_cache=True, logits_to_keep=1)
         first_lp = first.logits[:, -1].float().log_softmax(-1)  # predicts each choice's first token
