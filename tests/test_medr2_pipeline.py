@@ -10,11 +10,9 @@ import pytest
 
 from medr2_hooks import data
 
+from pipeline_helpers import TINY, _model_calls, _pipeline
+
 pytestmark = pytest.mark.slow
-
-TINY = {"iterations": 2, "retrieve_k": 2, "coarse_k": 2, "conflict": {"top": 2}, "max_doc_tokens": 64,
-        "cot_max_new_tokens": 12, "reformulate_max_new_tokens": 12, "max_demos": 1, "window": 2048}
-
 
 @pytest.fixture(scope="module")
 def gemma():
@@ -55,45 +53,6 @@ def test_guidelines_get_level_3_without_a_model_call(gemma):
     calls = gemma.usage.calls
     out = fine.evidence_levels(gemma, ["Adults with asthma should use inhaled corticosteroids."], ["guideline"])
     assert out == [{"level": 3, "probs": None, "fixed": True}] and gemma.usage.calls == calls
-
-
-class Recorder:
-    """Wraps a backend and records every text it is sent."""
-
-    def __init__(self, inner, log):
-        self.inner, self.log = inner, log
-        self.model_id, self.usage = inner.model_id, inner.usage
-
-    def __getattr__(self, name):
-        attr = getattr(self.inner, name)
-        if name in ("generate", "score", "score_choices"):
-            def call(*args, **kwargs):
-                self.log.append((name, json.dumps(args, default=str)))
-                return attr(*args, **kwargs)
-            return call
-        return attr
-
-
-def _pipeline(tmp_path, log, **overrides):
-    from medr2_hooks.cache import StageCache
-    from medr2_hooks.llm import BackendPool
-    from medr2_hooks.pipeline.config import MethodConfig
-    from medr2_hooks.pipeline.medr2 import MedR2
-    from medr2_hooks.retrieve.build import ensure_index
-    from medr2_hooks.retrieve.searcher import Searcher
-
-    pool = BackendPool()
-    get = pool.get
-    pool.get = lambda spec: Recorder(get(spec), log)
-    searcher = Searcher.open(ensure_index("textbooks_demo"), retrievers=tuple(overrides.get("retrievers") or ()) or None)
-    search = searcher.search
-    searcher.search = lambda queries, **kw: (log.append(("search", json.dumps(queries))), search(queries, **kw))[1]
-    cfg = MethodConfig.from_dict({**TINY, **overrides})
-    return MedR2(cfg, cache=StageCache(tmp_path / "stages.sqlite"), pool=pool, searcher=searcher)
-
-
-def _model_calls(log):
-    return [entry for entry in log if entry[0] != "search"]
 
 
 @pytest.fixture(scope="module")

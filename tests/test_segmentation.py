@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from medr2_hooks.corpus.document import Document
 from medr2_hooks.corpus.segment import Segmentation, Tokens, chapter_documents, is_heading, passages, sections
 
@@ -90,3 +92,29 @@ def test_passages_fit_the_encoder_tokenizer():
     (spans,) = passages([text], seg, tokens)
     counts = [len(tokens.spans([text[s:e]])[0]) for s, e in spans]
     assert max(counts) <= 254 and len(spans) > 3
+
+
+def test_llm_amt_chunker_splits_on_blank_runs_drops_short_pieces_and_repacks_long_ones():
+    from medr2_hooks.corpus.segment import AMT_MAX_WORDS, amt_pieces
+
+    long_piece = " ".join(f"Sentence {i} has exactly six words." for i in range(400))  # 2,400 words
+    text = ("Hypertrophy is an increase in cell size.\n\n1.\n\nToo short here\n\n"
+            "Atrophy   is a decrease in cell size." + " " * 11 + "Metaplasia is a change in cell type.\n\n" + long_piece)
+    pieces = amt_pieces(text)
+    # "Atrophy" stands alone after its run of three spaces and is dropped (one word)
+    assert pieces[:3] == ["Hypertrophy is an increase in cell size.", "is a decrease in cell size.",
+                          "Metaplasia is a change in cell type."]
+    assert "1." not in pieces and "Too short here" not in pieces  # <= 10 characters, <= 3 words
+    rest = pieces[3:]
+    assert [len(p.split()) for p in rest] == [996, 996, 408]  # 166 six-word sentences fit in 1,000 words
+    assert all(len(p.split()) <= AMT_MAX_WORDS and p.endswith(".") for p in rest)
+    assert " ".join(rest) == long_piece
+
+
+def test_llm_amt_chunker_is_a_recipe_setting():
+    from medr2_hooks.corpus.recipe import load_recipe
+    from medr2_hooks.corpus.segment import Segmentation
+
+    assert load_recipe("textbooks_demo_amt").segmentation.chunker == "llm_amt"
+    with pytest.raises(ValueError, match="chunker must be one of"):
+        Segmentation(chunker="paragraphs")

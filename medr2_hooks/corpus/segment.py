@@ -8,6 +8,11 @@ sentence-final punctuation, not a figure or table caption). Sections shorter tha
 merged into the section that follows (the last one into the one before), so a heading never stands alone
 as a document. Passages start and end on word boundaries, so re-tokenizing a passage gives at most
 ``passage_tokens`` tokens.
+
+``chunker: llm_amt`` replaces the chapter split with LLM-AMT's textbook chunking rule (method-notes §4):
+split on runs of 2–11 blank characters, drop pieces of at most 10 characters or at most 3 words, and
+re-pack pieces over 1,000 words into pieces of at most 1,000 words ending on sentence ends. The MedQA text
+files separate paragraphs with a blank line, so runs of spaces *or newlines* count as separators here.
 """
 
 from __future__ import annotations
@@ -22,11 +27,16 @@ SEGMENTER_VERSION = 2
 HEADING_MAX_WORDS = 12
 _SENTENCE_END = tuple(".,;:!。；：，！、")
 _CAPTION = re.compile(r"^(fig(ure)?|table|box)\.?\s*\d", re.IGNORECASE)
+CHUNKERS = ("chapters", "llm_amt")
+_AMT_SEPARATOR = re.compile(r"[ \t\n]{2,11}")
+_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+")
+AMT_MAX_WORDS = 1000
 _ENUMERATOR = re.compile(r"^[\dIVXivx]+[.)]?$|^[A-Za-z][.)]$")
 
 
 @dataclass(frozen=True)
 class Segmentation:
+    chunker: str = "chapters"  # chapters (paper) | llm_amt (the LLM-AMT baseline's textbook chunks)
     tokenizer: str = "embedded:minilm"  # a tokenizer name/path, an embedded: name, or "whitespace"
     min_doc_tokens: int = 200
     max_doc_tokens: int = 10_000
@@ -34,6 +44,8 @@ class Segmentation:
     passage_overlap: int = 32
 
     def __post_init__(self):
+        if self.chunker not in CHUNKERS:
+            raise ValueError(f"chunker must be one of {', '.join(CHUNKERS)}, found {self.chunker!r}")
         if not 0 <= self.passage_overlap < self.passage_tokens:
             raise ValueError("passage_overlap must be >= 0 and smaller than passage_tokens")
 
@@ -125,6 +137,39 @@ def chapter_documents(docs: list[Document], seg: Segmentation, tokens: Tokens) -
                 out.append(replace(doc, doc_id=f"{doc.doc_id}:{piece:05d}", title=title or doc.title, text=text,
                                    meta={**doc.meta, "chapter": title, "parent_id": doc.doc_id}))
     return out
+
+
+def amt_pieces(text: str) -> list[str]:
+    """LLM-AMT's textbook chunks of ``text``, in order."""
+    out = []
+    for piece in _AMT_SEPARATOR.split(text):
+        piece = piece.strip()
+        if len(piece) <= 10 or len(piece.split()) <= 3:
+            continue
+        if len(piece.split()) <= AMT_MAX_WORDS:
+            out.append(piece)
+            continue
+        current: list[str] = []
+        for sentence in _SENTENCE.split(piece):
+            words = len(sentence.split())
+            if current and sum(len(s.split()) for s in current) + words > AMT_MAX_WORDS:
+                out.append(" ".join(current))
+                current = []
+            current.append(sentence)
+        if current:
+            out.append(" ".join(current))
+    return out
+
+
+def amt_documents(docs: list[Document]) -> list[Document]:
+    """One document per LLM-AMT chunk, numbered within its source document."""
+    return [replace(doc, doc_id=f"{doc.doc_id}:amt{i:06d}", text=piece, meta={**doc.meta, "parent_id": doc.doc_id})
+            for doc in docs for i, piece in enumerate(amt_pieces(doc.text), 1)]
+
+
+def documents(docs: list[Document], seg: Segmentation, tokens: Tokens) -> list[Document]:
+    """The recipe's documents: chapters (paper) or LLM-AMT chunks."""
+    return amt_documents(docs) if seg.chunker == "llm_amt" else chapter_documents(docs, seg, tokens)
 
 
 def _word_starts(text: str, spans: list[tuple[int, int]]) -> list[bool]:

@@ -17,10 +17,10 @@ _FOUR = {"usmle": "4_options/phrases_no_exclude_{split}.jsonl", "mcmle": "4_opti
 HUB_USMLE = "GBaker/MedQA-USMLE-4-options"
 
 
-def _local(variant: str, root: Path, options: int) -> list[Record]:
+def _local(variant: str, root: Path, options: int, splits: tuple[str, ...] = ("dev", "test")) -> list[Record]:
     folder, language = _FOLDERS[variant]
     records = []
-    for split in ("dev", "test"):
+    for split in splits:
         name = f"{split}.jsonl" if options == 5 else _FOUR[variant].format(split=split)
         path = require_file(root / folder / name, hub=HUB_USMLE if variant == "usmle" else None)
         for line, obj in iter_jsonl(path):
@@ -43,12 +43,13 @@ def _local(variant: str, root: Path, options: int) -> list[Record]:
     return records
 
 
-def load_usmle(root: Path, options: int = 5) -> list[Record]:
-    return _local("usmle", root, options)
+def load_usmle(root: Path, options: int = 5, splits: tuple[str, ...] = ("dev", "test")) -> list[Record]:
+    return _local("usmle", root, options, splits)
 
 
-def load_mcmle(root: Path, options: int = 5) -> list[Record]:
-    return _local("mcmle", root, options)
+def load_mcmle(root: Path, options: int = 5, splits: tuple[str, ...] = ("dev", "test")) -> list[Record]:
+    """``splits=("train",)`` reads the release's training file (fine-tuning), when the folder has it."""
+    return _local("mcmle", root, options, splits)
 
 
 def load_usmle_hub(split: str = "test") -> list[Record]:

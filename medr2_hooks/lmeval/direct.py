@@ -11,22 +11,40 @@ from __future__ import annotations
 from .. import data
 from ..apply import prompts
 from ..data.record import Record
+from ..errors import DataError
+
+
+def select(records: list[Record], subject: str | None = None, split: str | None = None) -> list[Record]:
+    return [r for r in records if (subject is None or r.meta.get("subject") == subject)
+            and (split is None or r.meta.get("split") == split)]
+
+
+def refuse_trained(benchmark: str, records: list[Record], trained_items: list[str] | None, limit=None) -> None:
+    """Error when an evaluated record (the first ``limit``, lm-eval's slice) is among the trained items."""
+    if not trained_items:
+        return
+    evaluated = records[: int(limit)] if limit and float(limit) >= 1 else records
+    both = sorted({f"{benchmark}:{r.id}" for r in evaluated} & set(trained_items))
+    if both:
+        raise DataError(f"{benchmark}: the model was fine-tuned on {len(both)} of the evaluated items "
+                        f"(e.g. {', '.join(both[:3])}); evaluate a disjoint slice (e.g. --metadata '{{\"split\": \"test\"}}')")
 
 
 def load_dataset(benchmark: str, source: str = "local", data_dir: str | None = None, subject: str | None = None,
-                 **_lm_eval_metadata):
+                 split: str | None = None, trained_items: list[str] | None = None, limit=None, **_lm_eval_metadata):
     """``custom_dataset`` hook: ``DatasetDict(test=..., demos=...)`` of :meth:`Record.to_doc` rows."""
     import datasets
 
     pools = data.pools(benchmark, source=source, data_dir=data_dir)
+    evaluated = select(pools.eval, subject, split)
+    refuse_trained(benchmark, evaluated, trained_items, limit)
 
     def rows(records: list[Record]) -> list[dict]:
-        keep = [r for r in records if subject is None or r.meta.get("subject") == subject]
-        return [{**r.to_doc(), "benchmark": benchmark} for r in keep]
+        return [{**r.to_doc(), "benchmark": benchmark} for r in records]
 
     return datasets.DatasetDict(
-        test=datasets.Dataset.from_list(rows(pools.eval)),
-        demos=datasets.Dataset.from_list(rows(pools.demos)),
+        test=datasets.Dataset.from_list(rows(evaluated)),
+        demos=datasets.Dataset.from_list(rows(select(pools.demos, subject))),
     )
 
 

@@ -23,6 +23,7 @@ from ..apply import prompts
 from ..corpus.store import atomic_write_text
 from ..data.record import Record
 from ..pipeline.config import MethodConfig
+from .direct import refuse_trained, select
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,8 @@ def _merge(base: dict, override: dict) -> dict:
 
 
 def load_dataset(benchmark: str, method: dict | None = None, variant: dict | None = None, source: str = "local",
-                 data_dir: str | None = None, subject: str | None = None, limit: int | None = None, **metadata):
+                 data_dir: str | None = None, subject: str | None = None, limit: int | None = None,
+                 split: str | None = None, trained_items: list[str] | None = None, **metadata):
     import datasets
 
     from ..pipeline.medr2 import MedR2
@@ -44,7 +46,8 @@ def load_dataset(benchmark: str, method: dict | None = None, variant: dict | Non
     merged = _merge(_merge(method or {}, variant or {}), metadata.pop("method_override", {}) or {})
     cfg = MethodConfig.from_dict(merged, f"{benchmark} method")
     pools = data.pools(benchmark, source=source, data_dir=data_dir)
-    eval_records = [r for r in pools.eval if subject is None or r.meta.get("subject") == subject]
+    eval_records = select(pools.eval, subject, split)
+    refuse_trained(benchmark, eval_records, trained_items, limit)
     if limit:
         eval_records = eval_records[: int(limit)]
     demos = pools.demos[: cfg.max_demos] if cfg.max_demos is not None else pools.demos
@@ -54,15 +57,20 @@ def load_dataset(benchmark: str, method: dict | None = None, variant: dict | Non
     rows = []
     for r, p in zip(eval_records, packs):
         rows.append({**r.to_doc(), "benchmark": benchmark, "prefix": p.pop("prefix"),
-                     "provenance": json.dumps(p, ensure_ascii=False)})
+                     "reasoning": p.pop("reasoning", None) or "", "provenance": json.dumps(p, ensure_ascii=False)})
     return datasets.DatasetDict(test=datasets.Dataset.from_list(rows))
+
+
+PREPARE = {"medr2": "medr2_hooks.pipeline.run:prepare", "llm_amt": "medr2_hooks.pipeline.llm_amt:prepare"}
 
 
 def prepare_records(pipeline, benchmark: str, eval_records: list[Record], demos: list[Record]):
     """The pre-pass over records: stages get :meth:`Record.public` questions only; the demonstrations' own
     answers go to the rendered demonstrations, and evaluation answers go nowhere but lm-eval's scorer."""
-    from ..pipeline.run import prepare
+    from importlib import import_module
 
+    module, func = PREPARE[pipeline.cfg.pipeline].split(":")
+    prepare = getattr(import_module(module), func)
     return prepare(pipeline, benchmark, [r.public() for r in eval_records], [r.meta.get("pmid") for r in eval_records],
                    [d.public() for d in demos], [d.answer for d in demos], [d.meta.get("pmid") for d in demos])
 
@@ -79,7 +87,10 @@ def _write_record(record: dict, benchmark: str, cfg: MethodConfig) -> None:
 
 
 def doc_to_text(doc: dict) -> str:
-    return doc["prefix"] + prompts.question_prompt(doc["benchmark"], Record.from_doc(doc).public())
+    from ..pipeline.run import with_reasoning
+
+    question = prompts.question_prompt(doc["benchmark"], Record.from_doc(doc).public())
+    return doc["prefix"] + with_reasoning(question, doc.get("reasoning"))
 
 
 def doc_to_choice(doc: dict) -> list[str]:

@@ -79,6 +79,14 @@ def resolve_model(model: str, model_args: str) -> tuple[str, dict[str, str]]:
     return model, args
 
 
+def fine_tuned(pretrained: str) -> dict | None:
+    """The training manifest of a checkpoint made by ``medr2 finetune`` (None for any other model)."""
+    from ..finetune.train import MANIFEST
+
+    path = Path(pretrained) / MANIFEST if pretrained else None
+    return json.loads(path.read_text()) if path is not None and path.is_file() else None
+
+
 def _default_device() -> str:
     import torch
 
@@ -118,8 +126,11 @@ def run_eval(cfg: EvalConfig) -> dict:
     metadata = dict(cfg.metadata)
     if cfg.limit is not None and cfg.limit >= 1:
         metadata.setdefault("limit", int(cfg.limit))  # retrieval pre-passes only prepare the items evaluated
-    task_manager = check_tasks(cfg.tasks, metadata)
     lm_model, model_args = resolve_model(cfg.model, cfg.model_args)
+    training = fine_tuned(model_args.get("pretrained", ""))
+    if training:  # tasks refuse items the checkpoint was trained on; the cost goes beside the accuracy
+        metadata["trained_items"] = training["trained_items"]
+    task_manager = check_tasks(cfg.tasks, metadata)
     embedded_name = cfg.model if embedded.is_embedded(cfg.model) else parse_model_args(cfg.model_args).get("pretrained", "")
     batch_size = cfg.batch_size or default_batch_size(embedded_name, cfg.tasks) or "auto"
     device = cfg.device or _default_device()
@@ -167,6 +178,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         "git_commit": _git_commit(),
         "versions": _versions(),
         "hardware": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "finetune": {k: v for k, v in training.items() if k not in ("trained_items", "losses")} if training else None,
         "results": results["results"],
         "groups": results.get("groups", {}),
         "n_samples": results.get("n-samples", {}),

@@ -3,6 +3,8 @@
 Switches map onto the paper's Table 10 ablation: ``reformulate`` (query reformulator), ``rerank`` (evidence
 reranker: coarse + fine), ``cot`` (CoT generator and the Alg. 2 loop). All three on = Med-R²;
 ``cot_in_first_query`` = Med-R²-CoT; all off with the dense retriever only = vanilla RAG.
+``pipeline`` picks the stage composition: ``medr2`` (Alg. 2 and its ablations) or ``llm_amt`` (query
+augmenter → hybrid retrieval → relevance and usefulness filters → reader CoT; no demonstrations).
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ from ..config import from_dict
 from ..rerank.fine import ConflictConfig
 
 EMBEDDED_LLM = {"backend": "hf", "model": "embedded:gemma-270m", "batch_size": 8}
-ROLES = ("classifier", "reformulator", "cot", "doc_typer", "leveler", "reference", "proxy", "relevance", "conflict")
+ROLES = ("classifier", "reformulator", "cot", "doc_typer", "leveler", "reference", "proxy", "relevance", "conflict",
+         "augmenter", "usefulness")
+PIPELINES = ("medr2", "llm_amt")
 
 
 @dataclass(frozen=True)
 class MethodConfig:
-    method: str = "medr2"
+    method: str = "medr2"  # the name runs and pre-pass records are filed under
+    pipeline: str = "medr2"  # medr2 | llm_amt
     index: str = "textbooks_demo"
     retrievers: list[str] | None = None  # default: every retriever the index has
     unit: str = "passage"  # evidence unit: passage (fits a 4K window) or document (paper-faithful)
@@ -45,6 +50,9 @@ class MethodConfig:
     max_doc_tokens: int = 384  # document text given to LLM judges
     cot_max_new_tokens: int = 96
     reformulate_max_new_tokens: int = 48
+    augment_max_new_tokens: int = 64  # LLM-AMT: rewrite and expansion, each
+    relevance_threshold: float = 0.5  # LLM-AMT refiner: keep a document when P(yes) exceeds this
+    usefulness_threshold: float = 0.5
     roles: dict = field(default_factory=dict)  # role -> backend spec; missing roles use ``llm``
     llm: dict = field(default_factory=lambda: dict(EMBEDDED_LLM))
 
@@ -56,6 +64,8 @@ class MethodConfig:
             raise ValueError(f"unit must be passage or document, found {self.unit!r}")
         if self.coarse not in ("llm", "cross_encoder"):
             raise ValueError(f"coarse must be llm or cross_encoder, found {self.coarse!r}")
+        if self.pipeline not in PIPELINES:
+            raise ValueError(f"pipeline must be one of {', '.join(PIPELINES)}, found {self.pipeline!r}")
         if self.iterations < 1:
             raise ValueError("iterations must be >= 1")
 

@@ -76,6 +76,14 @@ class MedR2:
         with self.stage(stage):
             return self.cache.cached(stage, inputs, config, compute, batch_size)
 
+    def run_record(self, started: float, questions: int, demos: int) -> dict:
+        """What a pre-pass did: settings, models, index, per-stage seconds, counts, cache hits, model usage."""
+        return {"method": self.cfg.method, "pipeline": self.cfg.pipeline, "config": self.cfg.to_json(),
+                "models": self.ids, "index": {k: self.searcher.manifest[k] for k in ("name", "recipe_hash", "corpus_hash")},
+                "questions": questions, "demos": demos, "wall_seconds": round(time.perf_counter() - started, 2),
+                "stage_seconds": {k: round(v, 2) for k, v in self.timings.items()}, "counts": dict(self.counts),
+                "cache": dict(self.cache.stats), "usage": self.pool.usage()}
+
     # -- question-only stages ----------------------------------------------------------------------------------
     def classify(self, questions: list[Question]) -> list[dict]:
         if not self.cfg.classify:
@@ -145,10 +153,9 @@ class MedR2:
         self.counts["no_documents_retrieved"] += sum(not hits for hits in out)
         return out
 
-    def coarse(self, questions: list[str], candidates: list[list[dict]]) -> list[list[dict]]:
-        """Keep the top ``coarse_k`` of each candidate set by relevance (input order when reranking is off)."""
-        if not self.cfg.rerank:
-            return [c[: self.cfg.coarse_k] for c in candidates]
+    def relevance(self, questions: list[str], candidates: list[list[dict]]) -> list[list[float]]:
+        """A relevance score per (question, candidate): the cross-encoder's sigmoid score, or the LLM judge's
+        probability of "yes". One cache stage, shared by Med-R²'s coarse rerank and LLM-AMT's refiner."""
         if self.cfg.coarse == "cross_encoder":
             from ..rerank.coarse import CrossEncoderReranker
 
@@ -168,9 +175,15 @@ class MedR2:
 
         scores = iter(self.cached("coarse", pairs, {"model": model_id, "max_doc_tokens": self.cfg.max_doc_tokens},
                                   compute, batch_size=128))
+        return [[next(scores) for _ in hits] for hits in candidates]
+
+    def coarse(self, questions: list[str], candidates: list[list[dict]]) -> list[list[dict]]:
+        """Keep the top ``coarse_k`` of each candidate set by relevance (input order when reranking is off)."""
+        if not self.cfg.rerank:
+            return [c[: self.cfg.coarse_k] for c in candidates]
         out = []
-        for hits in candidates:
-            scored = sorted(({**h, "coarse": next(scores)} for h in hits), key=lambda h: -h["coarse"])
+        for hits, scores in zip(candidates, self.relevance(questions, candidates)):
+            scored = sorted(({**h, "coarse": s} for h, s in zip(hits, scores)), key=lambda h: -h["coarse"])
             out.append(scored[: self.cfg.coarse_k])
         return out
 

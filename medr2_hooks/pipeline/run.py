@@ -94,10 +94,15 @@ def render_evidence(texts: list[str]) -> str:
     return "Evidence:\n" + "\n".join(f"[{i}] {t.strip()}" for i, t in enumerate(texts, 1)) + "\n\n" if texts else ""
 
 
+def with_reasoning(prompt: str, cot: str | None) -> str:
+    """A question prompt ending in ``Answer:`` with ``Reasoning: <cot>`` put before that cue."""
+    if not cot:
+        return prompt
+    return f"{prompt[: -len('Answer:')]}Reasoning: {cot.strip()}\nAnswer:"
+
+
 def render_demo(benchmark: str, q: Question, answer: str, evidence: list[str], cot: str | None) -> str:
-    reasoning = f"Reasoning: {cot.strip()}\n" if cot else ""
-    body = question_prompt(benchmark, q)[: -len("Answer:")]
-    return f"{render_evidence(evidence)}{body}{reasoning}Answer: {answer}\n\n"
+    return f"{render_evidence(evidence)}{with_reasoning(question_prompt(benchmark, q), cot)} {answer}\n\n"
 
 
 def prepare(m: MedR2, benchmark: str, questions: list[Question], pmids: list[str | None],
@@ -125,9 +130,4 @@ def prepare(m: MedR2, benchmark: str, questions: list[Question], pmids: list[str
                 "iterations": s["iterations"], "stopped_at": s["stopped_at"], "labels": s["labels"],
                 "reformulation": s["reformulation"], "reference": s["reference"],
             })
-    record = {"method": m.cfg.method, "config": m.cfg.to_json(), "models": m.ids,
-              "index": {k: m.searcher.manifest[k] for k in ("name", "recipe_hash", "corpus_hash")},
-              "questions": len(questions), "demos": len(demos), "wall_seconds": round(time.perf_counter() - started, 2),
-              "stage_seconds": {k: round(v, 2) for k, v in m.timings.items()}, "counts": dict(m.counts),
-              "cache": dict(m.cache.stats), "usage": m.pool.usage()}
-    return packs, record
+    return packs, m.run_record(started, len(questions), len(demos))

@@ -67,7 +67,7 @@ def build_corpus(recipe: Recipe, folder: Path, log=print) -> dict:
     report = SkipReport(strict=recipe.strict)
     raw = read_sources(recipe, report)
     tokens = segment.Tokens(recipe.segmentation.tokenizer)
-    docs = segment.chapter_documents(raw, recipe.segmentation, tokens)
+    docs = segment.documents(raw, recipe.segmentation, tokens)
     spans = segment.passages([d.text for d in docs], recipe.segmentation, tokens)
     corpus_hash = write_corpus(folder, docs, spans)
     pmids: dict[str, list[int]] = {}

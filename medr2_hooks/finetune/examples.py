@@ -1,0 +1,83 @@
+"""Training rows: the ``*_direct`` prompt of an item and its answer label; loss on the answer tokens only.
+
+Bad input: an item without an answer, or whose answer is not one of its options, is an error naming its
+source (file:line); a row longer than ``max_length`` tokens is skipped and counted (never cut: a cut
+prompt would teach the model a different question). Training items that are also in an evaluation slice
+are refused before any step runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import data, settings
+from ..apply.prompts import question_prompt
+from ..config import ConfigError
+from ..data.record import Record
+from ..errors import DataError
+from .recipe import FinetuneRecipe, ItemSlice
+
+
+@dataclass(frozen=True)
+class Row:
+    item: str  # "<benchmark>:<record id>"
+    prompt: list[int]
+    answer: list[int]
+
+
+def load_items(spec: ItemSlice) -> list[Record]:
+    if spec.source == "pool":
+        records = data.pools(spec.benchmark).eval
+    elif spec.source == "hub":
+        module, func = data.benchmark(spec.benchmark).hub.split(":") if data.benchmark(spec.benchmark).hub else ("", "")
+        if not func:
+            raise DataError(f"{spec.benchmark} has no hub copy")
+        from importlib import import_module
+
+        records = getattr(import_module(f"medr2_hooks.data.{module}"), func)(spec.split or "train")
+    else:
+        from ..data import medqa
+
+        loaders = {"medqa_usmle": medqa.load_usmle, "medqa_mcmle": medqa.load_mcmle}
+        if spec.benchmark not in loaders:
+            raise ConfigError(f"source medqa_release reads MedQA only, not {spec.benchmark!r}")
+        records = loaders[spec.benchmark](settings.data_dir(), splits=(spec.split or "train",))
+    if spec.split and spec.source == "pool":
+        records = [r for r in records if r.meta.get("split") == spec.split]
+    end = None if spec.count is None else spec.offset + spec.count
+    return records[spec.offset:end]
+
+
+def item_ids(spec: ItemSlice) -> list[str]:
+    return [f"{spec.benchmark}:{r.id}" for r in load_items(spec)]
+
+
+def check_no_overlap(train: list[str], recipe: FinetuneRecipe) -> None:
+    evaluated = {i for spec in recipe.evaluate for i in item_ids(spec)}
+    both = sorted(set(train) & evaluated)
+    if both:
+        raise ConfigError(f"recipe {recipe.name}: {len(both)} training items are also evaluated "
+                          f"(e.g. {', '.join(both[:3])}); choose disjoint train and evaluate slices")
+
+
+def training_rows(recipe: FinetuneRecipe, tokenizer) -> tuple[list[Row], dict]:
+    """Tokenized rows of every training slice and a report of what was skipped and why."""
+    rows, skipped = [], {"too_long": []}
+    for spec in recipe.train:
+        for r in load_items(spec):
+            where = r.meta.get("source", r.id)
+            if not r.answer:
+                raise DataError(f"{spec.benchmark} {where}: field 'answer': training item has no answer")
+            if r.answer not in r.options:
+                raise DataError(f"{spec.benchmark} {where}: field 'answer': {r.answer!r} is not one of the options "
+                                f"{list(r.options)}")
+            prompt = tokenizer(question_prompt(spec.benchmark, r.public()), add_special_tokens=True)["input_ids"]
+            answer = tokenizer(f" {r.answer}", add_special_tokens=False)["input_ids"]
+            item = f"{spec.benchmark}:{r.id}"
+            if len(prompt) + len(answer) > recipe.max_length:
+                skipped["too_long"].append(item)
+                continue
+            rows.append(Row(item, prompt, answer))
+    if not rows:
+        raise DataError(f"recipe {recipe.name}: no training rows (skipped as too long: {len(skipped['too_long'])})")
+    return rows, skipped

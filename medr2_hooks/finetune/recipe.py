@@ -1,0 +1,82 @@
+"""Fine-tuning recipes (YAML in ``finetune/recipes/``): typed, unknown keys rejected.
+
+Defaults are the paper's recipe: linear warm-up over 3% of the steps then cosine decay, peak lr 2e-5, weight
+decay 0, global batch 128 (gradient accumulation fills it), 3 epochs, loss on the answer tokens only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from .. import settings
+from ..config import ConfigError, from_dict, load_yaml
+
+TRAIN_SOURCES = ("pool", "hub", "medqa_release")
+
+
+@dataclass(frozen=True)
+class ItemSlice:
+    """Items of a benchmark. ``source``: ``pool`` (the local evaluation pool, demos excluded), ``hub`` (the
+    benchmark's hub loader, e.g. its train split) or ``medqa_release`` (``<split>.jsonl`` of the MedQA release
+    under MEDR2_DATA_DIR). ``split`` filters on the record's split; ``offset``/``count`` take a contiguous slice."""
+
+    benchmark: str
+    source: str = "pool"
+    split: str | None = None
+    offset: int = 0
+    count: int | None = None
+
+    def __post_init__(self):
+        if self.source not in TRAIN_SOURCES:
+            raise ValueError(f"source must be one of {', '.join(TRAIN_SOURCES)}, found {self.source!r}")
+        if self.offset < 0 or (self.count is not None and self.count < 1):
+            raise ValueError("offset must be >= 0 and count >= 1")
+
+
+@dataclass(frozen=True)
+class FinetuneRecipe:
+    name: str
+    model: str
+    train: list[ItemSlice]
+    evaluate: list[ItemSlice] = field(default_factory=list)  # slices the checkpoint will be scored on
+    learning_rate: float = 2e-5
+    warmup_ratio: float = 0.03
+    weight_decay: float = 0.0
+    global_batch: int = 128
+    micro_batch: int = 4
+    epochs: int = 3
+    max_steps: int | None = None  # bound on optimizer steps (the CPU recipe); None: all epochs
+    max_length: int = 1024  # longer training rows are skipped and counted
+    max_grad_norm: float | None = 1.0
+    dtype: str = "bfloat16"
+    seed: int = 1234
+    checkpoint_every: int = 1  # optimizer steps between resumable checkpoints
+    output_dir: str | None = None  # default: $MEDR2_CACHE_DIR/finetune/<name>
+
+    def __post_init__(self):
+        if not self.train:
+            raise ValueError("a recipe needs at least one training slice")
+        if self.global_batch % self.micro_batch:
+            raise ValueError(f"global_batch {self.global_batch} must be a multiple of micro_batch {self.micro_batch}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError("warmup_ratio must be in [0, 1)")
+
+    def out_dir(self):
+        from pathlib import Path
+
+        return Path(self.output_dir) if self.output_dir else settings.cache_dir() / "finetune" / self.name
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def load_recipe(name_or_path: str, overrides: dict | None = None) -> FinetuneRecipe:
+    from pathlib import Path
+
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = settings.REPO_ROOT / "finetune" / "recipes" / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (settings.REPO_ROOT / "finetune" / "recipes").glob("*.yaml"))
+        raise ConfigError(f"no fine-tuning recipe {name_or_path!r}: give a YAML path or one of: {', '.join(known)}")
+    return from_dict(FinetuneRecipe, {**load_yaml(path), **(overrides or {})}, str(path))

@@ -1,0 +1,183 @@
+"""The SFT loop under accelerate: exact global batches, answer-token loss, resumable checkpoints.
+
+Data order is a seeded permutation per epoch, so step ``s`` always trains on the same items: a run killed at
+any point and restarted loads the newest complete checkpoint (model, optimizer, scheduler and RNG states
+through ``accelerator.save_state``; ``latest.json`` names it and is written last) and continues at the next
+step, reproducing the uninterrupted loss curve. Each optimizer step sums the answer-token cross-entropy of
+its ``global_batch`` items and divides by their answer-token count; processes share the micro-batches.
+A finished checkpoint (``final/``) is never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+from ..config import ConfigError
+from ..corpus.store import atomic_write_text
+from .examples import Row, check_no_overlap, training_rows
+from .recipe import FinetuneRecipe
+
+MANIFEST = "medr2_training.json"
+
+
+def step_items(n: int, recipe: FinetuneRecipe, step: int, steps_per_epoch: int) -> list[int]:
+    """Row indices of optimizer step ``step`` (0-based): a slice of its epoch's seeded permutation."""
+    epoch, within = divmod(step, steps_per_epoch)
+    order = random.Random(recipe.seed + epoch).sample(range(n), n)
+    return order[within * recipe.global_batch:(within + 1) * recipe.global_batch]
+
+
+def answer_loss_sum(model, rows: list[Row], pad_id: int, device):
+    """Summed cross-entropy of the answer tokens (left-padded batch; logits kept for answer positions only)."""
+    import torch
+
+    from ..llm.hf import pad
+
+    ids, mask, pos = pad([r.prompt + r.answer for r in rows], pad_id, left=True)
+    longest = max(len(r.answer) for r in rows)
+    out = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
+                logits_to_keep=longest + 1)
+    logits = out.logits[:, :-1].float()  # predictions of the last `longest` tokens
+    targets = ids[:, -longest:].clone()
+    for j, r in enumerate(rows):
+        targets[j, : longest - len(r.answer)] = -100  # prompt tokens carry no loss
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).to(device),
+                                             ignore_index=-100, reduction="sum")
+
+
+def _latest(out: Path) -> Path | None:
+    marker = out / "latest.json"
+    if not marker.is_file():
+        return None
+    path = out / json.loads(marker.read_text())["checkpoint"]
+    return path if path.is_dir() else None
+
+
+def train(recipe: FinetuneRecipe, log=print, wandb_run=None) -> dict:
+    """Train (or resume) ``recipe``; returns the manifest written into ``<out>/final``."""
+    import torch
+    from accelerate import Accelerator
+    from transformers import AutoModelForCausalLM, AutoTokenizer, get_cosine_schedule_with_warmup
+
+    from ..llm.embedded import resolve
+    from ..retrieve.encoders import weights_revision
+
+    out = recipe.out_dir()
+    final = out / "final"
+    if (final / MANIFEST).is_file():
+        raise ConfigError(f"{final} holds a finished checkpoint; it is never overwritten: "
+                          "choose another output_dir or recipe name")
+    acc = Accelerator()
+    path = resolve(recipe.model)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    rows, skipped = training_rows(recipe, tokenizer)
+    check_no_overlap([r.item for r in rows], recipe)
+    steps_per_epoch = math.ceil(len(rows) / recipe.global_batch)
+    total = recipe.epochs * steps_per_epoch
+    total = min(total, recipe.max_steps) if recipe.max_steps else total
+
+    torch.manual_seed(recipe.seed)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, recipe.dtype))
+    model.config.use_cache = False
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
+    scheduler = get_cosine_schedule_with_warmup(optimizer, math.ceil(recipe.warmup_ratio * total), total)
+    model, optimizer = acc.prepare(model, optimizer)
+    acc.register_for_checkpointing(scheduler)
+
+    out.mkdir(parents=True, exist_ok=True)
+    losses_path = out / "loss.jsonl"
+    state = {"step": 0, "tokens": 0, "train_seconds": 0.0}
+    resume_from = _latest(out)
+    if resume_from is not None:
+        acc.load_state(str(resume_from))
+        state = json.loads((resume_from / "trainer_state.json").read_text())
+        log(f"resuming {recipe.name} at step {state['step']}/{total} from {resume_from.name}")
+    if acc.is_main_process:  # rows past the checkpoint belong to steps that are recomputed now
+        kept = [line for line in (losses_path.read_text().splitlines() if losses_path.exists() else [])
+                if json.loads(line)["step"] <= state["step"]]
+        atomic_write_text(losses_path, "".join(f"{line}\n" for line in kept))
+
+    from accelerate.utils import DistributedType
+    from tqdm.auto import tqdm
+
+    per_process = math.ceil(recipe.global_batch / recipe.micro_batch / acc.num_processes)
+    if acc.distributed_type == DistributedType.DEEPSPEED and per_process > 1:
+        raise ConfigError(f"DeepSpeed steps inside backward: set micro_batch to global_batch / processes "
+                          f"({recipe.global_batch // acc.num_processes}) so each process runs one micro-batch a step")
+    model.train()
+    bar = tqdm(total=total, initial=state["step"], desc=f"finetune {recipe.name}", unit="step",
+               disable=not acc.is_main_process)
+    while state["step"] < total:
+        started = time.perf_counter()
+        items = [rows[i] for i in step_items(len(rows), recipe, state["step"], steps_per_epoch)]
+        tokens = sum(len(r.answer) for r in items)
+        micro = [items[i:i + recipe.micro_batch] for i in range(0, len(items), recipe.micro_batch)]
+        mine = micro[acc.process_index::acc.num_processes]
+        step_loss = torch.zeros((), device=acc.device)
+        for j, batch in enumerate(mine):
+            with acc.no_sync(model) if j < len(mine) - 1 else nullcontext():
+                loss_sum = answer_loss_sum(model, batch, pad_id, acc.device)
+                acc.backward(loss_sum * acc.num_processes / tokens)  # DDP averages over processes
+            step_loss += loss_sum.detach()
+        if recipe.max_grad_norm:
+            acc.clip_grad_norm_(model.parameters(), recipe.max_grad_norm)
+        lr = scheduler.get_last_lr()[0]
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        step_loss = acc.reduce(step_loss, reduction="sum").item() / tokens
+        state["step"] += 1
+        state["tokens"] += sum(len(r.prompt) + len(r.answer) for r in items)
+        state["train_seconds"] += time.perf_counter() - started
+        row = {"step": state["step"], "epoch": (state["step"] - 1) // steps_per_epoch + 1, "loss": step_loss, "lr": lr,
+               "answer_tokens": tokens}
+        if acc.is_main_process:
+            with open(losses_path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\n")
+            if wandb_run is not None:
+                wandb_run.log({"train/loss": step_loss, "train/lr": lr}, step=state["step"])
+        bar.update(1)
+        bar.set_postfix(loss=f"{step_loss:.4f}")
+        if state["step"] % recipe.checkpoint_every == 0 or state["step"] == total:
+            _checkpoint(acc, out, state)
+    bar.close()
+    acc.wait_for_everyone()
+    manifest = {
+        "recipe": recipe.to_json(), "base_model": f"{recipe.model}@{weights_revision(path)}",
+        "trained_items": [r.item for r in rows], "skipped": skipped, "examples": len(rows),
+        "steps": total, "steps_per_epoch": steps_per_epoch, "tokens": state["tokens"],
+        "train_seconds": round(state["train_seconds"], 2), "processes": acc.num_processes,
+        "device": str(acc.device), "device_seconds": round(state["train_seconds"] * acc.num_processes, 2),
+        "losses": [json.loads(line) for line in losses_path.read_text().splitlines()] if acc.is_main_process else [],
+    }
+    if acc.is_main_process:
+        tmp = out / "final.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        acc.unwrap_model(model).save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=1))
+        os.replace(tmp, final)
+        log(f"finetune {recipe.name}: {total} steps, {len(rows)} examples, {manifest['train_seconds']} s, "
+            f"loss {manifest['losses'][0]['loss']:.4f} -> {manifest['losses'][-1]['loss']:.4f}; checkpoint {final}")
+    return manifest
+
+
+def _checkpoint(acc, out: Path, state: dict) -> None:
+    """Save ``checkpoint-<step>``, then point ``latest.json`` at it, then drop older checkpoints."""
+    name = f"checkpoint-{state['step']:06d}"
+    acc.save_state(str(out / name))
+    if acc.is_main_process:
+        atomic_write_text(out / name / "trainer_state.json", json.dumps(state))
+        atomic_write_text(out / "latest.json", json.dumps({"checkpoint": name}))
+        for old in out.glob("checkpoint-*"):
+            if old.name != name:
+                shutil.rmtree(old, ignore_errors=True)
+    acc.wait_for_everyone()

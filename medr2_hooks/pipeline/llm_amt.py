@@ -1,0 +1,130 @@
+"""LLM-AMT baseline (paper §4.2, C.2), composed from the stages the Med-R² pre-pass already has.
+
+1. **Query augmenter**: the model rewrites the question with precise medical terms, then expands the rewrite
+   with a short systematic analysis; the retrieval query is question + rewrite + expansion (an unusable reply is
+   replaced by nothing and counted). Options and answers never reach it.
+2. **Hybrid retrieval** over the same index as Med-R² (every retriever the index has, union fusion).
+3. **Knowledge self-refiner**: two yes/no filters, relevance (the same cached stage as Med-R²'s LLM coarse
+   rerank) then usefulness ("does this document help answer the question?"); a document is kept when the
+   probability of "yes" exceeds the threshold. Rule: when the filters reject every document the reader gets
+   no knowledge; this is counted (``all_knowledge_filtered``), never silently replaced.
+4. **Reader**: a chain of thought from the kept knowledge that fits the window (the CoT stage, shared cache);
+   the target model then answers with knowledge + question + reasoning in its prompt. No demonstrations.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..apply.pack import pack
+from ..apply.prompts import question_prompt
+from ..data.record import Question
+from ..llm.closed_set import label_distribution
+from ..reformulate import usable
+from .medr2 import GENERATION_VERSION, MedR2
+from .run import _cots, _evidence_record, render_evidence, select_evidence, with_reasoning
+
+
+def rewrite_prompt(backend, question: str) -> str:
+    user = ("Rewrite the medical question with precise medical terminology, keeping every clinical detail. "
+            f"Write it on one line.\n\nQuestion: {question}")
+    return backend.chat(user) + "Rewritten question:"
+
+
+def expand_prompt(backend, question: str, rewrite: str) -> str:
+    user = ("Analyse the medical question systematically: name the key findings, the likely conditions and the "
+            f"mechanisms involved. Write one short paragraph.\n\nQuestion: {rewrite or question}")
+    return backend.chat(user) + "Analysis:"
+
+
+def usefulness_prompt(question: str, document: str) -> str:
+    return (f"Document: {document}\n\nQuestion: {question}\n"
+            "Does the document contain knowledge that helps answer the question (yes or no)? Answer:")
+
+
+def augment(m: MedR2, questions: list[Question]) -> list[dict]:
+    """``{"rewrite", "expansion", "query"}`` per question; the query is what the retrievers see."""
+    cfg = m.cfg
+    config = {"model": m.ids["augmenter"], "max_new_tokens": cfg.augment_max_new_tokens, "version": GENERATION_VERSION}
+
+    def rewrite(qs):
+        backend = m.llm("augmenter")
+        replies = backend.generate([rewrite_prompt(backend, q) for q in qs], cfg.augment_max_new_tokens,
+                                   stop=["\n"], role="augmenter")
+        return [r.strip() for r in replies]
+
+    rewrites = m.cached("amt_rewrite", [q.question for q in questions], config, rewrite)
+    rewrites = [r if usable(r) else "" for r in rewrites]
+    m.counts["augment_rewrite_fallbacks"] += sum(not r for r in rewrites)
+
+    def expand(items):
+        backend = m.llm("augmenter")
+        replies = backend.generate([expand_prompt(backend, q, r) for q, r in items], cfg.augment_max_new_tokens,
+                                   stop=["\n\n", "Question:"], role="augmenter")
+        return [r.strip() for r in replies]
+
+    expansions = m.cached("amt_expand", [[q.question, r] for q, r in zip(questions, rewrites)], config, expand)
+    expansions = [e if usable(e) else "" for e in expansions]
+    m.counts["augment_expansion_fallbacks"] += sum(not e for e in expansions)
+    return [{"rewrite": r, "expansion": e, "query": "\n".join(p for p in (q.question, r, e) if p)}
+            for q, r, e in zip(questions, rewrites, expansions)]
+
+
+def usefulness(m: MedR2, questions: list[str], candidates: list[list[dict]]) -> list[list[float]]:
+    """P("yes") that each document helps answer its question (question text only, never the options)."""
+    pairs = [[q, h["text"]] for q, hits in zip(questions, candidates) for h in hits]
+
+    def compute(items):
+        backend = m.llm("usefulness")
+        prompts = [usefulness_prompt(q, backend.truncate(d, m.cfg.max_doc_tokens)) for q, d in items]
+        return [float(p[0]) for p in label_distribution(backend, prompts, ["yes", "no"], role="usefulness")]
+
+    scores = iter(m.cached("amt_useful", pairs, {"model": m.ids["usefulness"], "max_doc_tokens": m.cfg.max_doc_tokens},
+                           compute, batch_size=128))
+    return [[next(scores) for _ in hits] for hits in candidates]
+
+
+def refine(m: MedR2, questions: list[str], candidates: list[list[dict]]) -> list[list[dict]]:
+    """The self-refiner: relevance filter, then usefulness filter on the survivors (retrieval order kept)."""
+    cfg = m.cfg
+    relevant = [[{**h, "relevance": s} for h, s in zip(hits, scores) if s > cfg.relevance_threshold]
+                for hits, scores in zip(candidates, m.relevance(questions, candidates))]
+    kept = [[{**h, "usefulness": s} for h, s in zip(hits, scores) if s > cfg.usefulness_threshold]
+            for hits, scores in zip(relevant, usefulness(m, questions, relevant))]
+    m.counts["refiner_dropped_irrelevant"] += sum(len(c) - len(r) for c, r in zip(candidates, relevant))
+    m.counts["refiner_dropped_useless"] += sum(len(r) - len(k) for r, k in zip(relevant, kept))
+    m.counts["all_knowledge_filtered"] += sum(bool(c) and not k for c, k in zip(candidates, kept))
+    return kept
+
+
+def prepare(m: MedR2, benchmark: str, questions: list[Question], pmids: list[str | None],
+            demos: list[Question], demo_answers: list[str], demo_pmids: list[str | None]) -> tuple[list[dict], dict]:
+    """Evidence packs for ``questions``: kept knowledge as the prefix and the reader's CoT as ``reasoning``.
+    LLM-AMT's reader is zero-shot, so the demonstration pool is not used."""
+    started = time.perf_counter()
+    cfg = m.cfg
+    augmented = augment(m, questions)
+    candidates = m.retrieve([a["query"] for a in augmented], pmids)
+    kept = refine(m, [q.question for q in questions], candidates)
+    selected = [select_evidence(m, hits) for hits in kept]
+    cots = m.cached("cot", [[q.question, q.options, [h["text"] for h in sel]] for q, sel in zip(questions, selected)],
+                    {"model": m.ids["cot"], "max_new_tokens": cfg.cot_max_new_tokens, "version": GENERATION_VERSION},
+                    lambda xs: _cots(m, xs))
+    packs = []
+    with m.stage("pack"):
+        question_tokens = m.target_tokens([with_reasoning(question_prompt(benchmark, q), c["cot"])
+                                           for q, c in zip(questions, cots)])
+        for q_tokens, sel, cand, aug, c in zip(question_tokens, selected, candidates, augmented, cots):
+            ev_tokens = m.target_tokens([f"[{i}] {h['text']}\n" for i, h in enumerate(sel, 1)])
+            packed = pack(q_tokens, ev_tokens, [], cfg.window, cfg.evidence_share)
+            m.counts["question_over_window"] += packed.question_over_window
+            used = [sel[i] for i in packed.evidence]
+            packs.append({
+                "prefix": render_evidence([h["text"] for h in used]), "reasoning": c["cot"],
+                "evidence": [{**_evidence_record(h), "relevance": h["relevance"], "usefulness": h["usefulness"]}
+                             for h in used],
+                "effective_k": len(used), "n_demos": 0, "prompt_tokens": packed.tokens, "cot": c["cot"],
+                "cot_answer": c["answer"], "augmented_query": aug, "retrieved_ids": [h["doc_id"] for h in cand],
+                "iterations": [], "stopped_at": None,
+            })
+    return packs, m.run_record(started, len(questions), 0)

@@ -1,0 +1,47 @@
+"""A Med-R² pre-pass on the real embedded model whose every model and search call is recorded."""
+
+from __future__ import annotations
+
+import json
+
+TINY = {"iterations": 2, "retrieve_k": 2, "coarse_k": 2, "conflict": {"top": 2}, "max_doc_tokens": 64,
+        "cot_max_new_tokens": 12, "reformulate_max_new_tokens": 12, "max_demos": 1, "window": 2048}
+
+
+class Recorder:
+    """Wraps a backend and records every text it is sent, as ``("<method>:<role>", json args)``."""
+
+    def __init__(self, inner, log):
+        self.inner, self.log = inner, log
+        self.model_id, self.usage = inner.model_id, inner.usage
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if name in ("generate", "score", "score_choices"):
+            def call(*args, **kwargs):
+                self.log.append((f"{name}:{kwargs.get('role', '')}", json.dumps(args, default=str)))
+                return attr(*args, **kwargs)
+            return call
+        return attr
+
+
+def _pipeline(tmp_path, log, **overrides):
+    from medr2_hooks.cache import StageCache
+    from medr2_hooks.llm import BackendPool
+    from medr2_hooks.pipeline.config import MethodConfig
+    from medr2_hooks.pipeline.medr2 import MedR2
+    from medr2_hooks.retrieve.build import ensure_index
+    from medr2_hooks.retrieve.searcher import Searcher
+
+    pool = BackendPool()
+    get = pool.get
+    pool.get = lambda spec: Recorder(get(spec), log)
+    searcher = Searcher.open(ensure_index("textbooks_demo"), retrievers=tuple(overrides.get("retrievers") or ()) or None)
+    search = searcher.search
+    searcher.search = lambda queries, **kw: (log.append(("search", json.dumps(queries))), search(queries, **kw))[1]
+    cfg = MethodConfig.from_dict({**TINY, **overrides})
+    return MedR2(cfg, cache=StageCache(tmp_path / "stages.sqlite"), pool=pool, searcher=searcher)
+
+
+def _model_calls(log):
+    return [entry for entry in log if entry[0] != "search"]

@@ -1,0 +1,141 @@
+"""Fine-tuning baseline: train/eval overlap refused, bad items, the exact global-batch schedule, and a
+kill -9 in the middle of training whose resumed run reproduces the uninterrupted loss curve (tiny Gemma-3
+built locally from a config with random weights: plumbing, not numbers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from medr2_hooks.config import ConfigError
+from medr2_hooks.errors import DataError
+from medr2_hooks.finetune import examples
+from medr2_hooks.finetune.recipe import FinetuneRecipe, ItemSlice, load_recipe
+
+
+def _recipe(**kw) -> FinetuneRecipe:
+    base = {"name": "t", "model": "embedded:gemma-270m",
+            "train": [ItemSlice("medqa_usmle", split="dev", count=4)],
+            "evaluate": [ItemSlice("medqa_usmle", split="test", count=10)]}
+    return FinetuneRecipe(**{**base, **kw})
+
+
+def test_training_items_that_are_also_evaluated_are_refused():
+    recipe = _recipe(evaluate=[ItemSlice("medqa_usmle", split="dev", offset=2, count=10)])
+    train = examples.item_ids(recipe.train[0])
+    with pytest.raises(ConfigError, match="2 training items are also evaluated"):
+        examples.check_no_overlap(train, recipe)
+    examples.check_no_overlap(train, _recipe())  # dev slice vs test slice: disjoint
+
+
+def test_direct_task_refuses_to_score_items_the_checkpoint_was_trained_on():
+    from medr2_hooks.lmeval.direct import load_dataset
+
+    trained = examples.item_ids(ItemSlice("medqa_usmle", split="dev", count=4))
+    with pytest.raises(DataError, match="fine-tuned on 4 of the evaluated items"):
+        load_dataset("medqa_usmle", trained_items=trained, limit=20)
+    ds = load_dataset("medqa_usmle", trained_items=trained, split="test", limit=20)
+    assert set(ds["test"]["id"][:20]).isdisjoint({t.split(":")[1] for t in trained})
+
+
+def test_recipe_typos_and_bad_batches_are_errors(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "model": "m", "train": [{"benchmark": "medmcqa"}], "lerning_rate": 1}))
+    with pytest.raises(ConfigError, match="unknown key 'lerning_rate'"):
+        load_recipe(str(path))
+    with pytest.raises(ValueError, match="multiple of micro_batch"):
+        _recipe(global_batch=10, micro_batch=4)
+    assert load_recipe("cpu_usmle_dev_slice").max_steps == 16
+
+
+def test_items_without_a_valid_answer_are_errors_and_long_rows_are_counted(monkeypatch, gemma_path):
+    from transformers import AutoTokenizer
+
+    from medr2_hooks.data.record import Record
+
+    tok = AutoTokenizer.from_pretrained(gemma_path)
+    good = Record("q1", "Which vitamin deficiency causes scurvy?", {"A": "C", "B": "D"}, "A", "en", {"source": "f:1"})
+    long = Record("q2", "word " * 600, {"A": "x", "B": "y"}, "B", "en", {"source": "f:2"})
+    monkeypatch.setattr(examples, "load_items", lambda spec: [good, long])
+    rows, skipped = examples.training_rows(_recipe(max_length=128), tok)
+    assert [r.item for r in rows] == ["medqa_usmle:q1"] and skipped["too_long"] == ["medqa_usmle:q2"]
+    assert tok.decode(rows[0].answer) == " A" and tok.decode(rows[0].prompt).endswith("Answer:")
+    bad = Record("q3", "Q?", {"A": "x", "B": "y"}, "E", "en", {"source": "f:3"})
+    monkeypatch.setattr(examples, "load_items", lambda spec: [bad])
+    with pytest.raises(DataError, match="f:3: field 'answer': 'E' is not one of the options"):
+        examples.training_rows(_recipe(), tok)
+
+
+def test_each_step_trains_on_a_seeded_slice_of_its_epoch():
+    from medr2_hooks.finetune.train import step_items
+
+    recipe = _recipe(global_batch=4, micro_batch=2)
+    epoch1 = [step_items(10, recipe, s, 3) for s in range(3)]
+    assert sorted(i for step in epoch1 for i in step) == list(range(10)) and [len(s) for s in epoch1] == [4, 4, 2]
+    assert step_items(10, recipe, 3, 3) != epoch1[0]  # a new permutation each epoch
+    assert step_items(10, recipe, 4, 3) == step_items(10, recipe, 4, 3)
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma(tmp_path_factory, gemma_path):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    config = AutoConfig.from_pretrained(gemma_path)
+    for k, v in {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                 "num_key_value_heads": 1, "head_dim": 16, "layer_types": ["full_attention"] * 2}.items():
+        setattr(config, k, v)
+    folder = tmp_path_factory.mktemp("tiny_gemma")
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(gemma_path).save_pretrained(folder)
+    return str(folder)
+
+
+def _write_recipe(tmp_path, model: str, out: str) -> str:
+    recipe = {"name": "tiny", "model": model, "output_dir": out, "dtype": "float32", "global_batch": 4, "micro_batch": 2,
+              "epochs": 2, "learning_rate": 1e-3, "checkpoint_every": 1, "max_length": 1024,
+              "train": [{"benchmark": "medqa_usmle", "split": "dev", "count": 12}],
+              "evaluate": [{"benchmark": "medqa_usmle", "split": "test", "count": 10}]}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return str(path)
+
+
+@pytest.mark.slow
+def test_kill_during_training_and_resume_reproduces_the_uninterrupted_loss_curve(tmp_path, tiny_gemma):
+    from medr2_hooks.finetune.train import MANIFEST, train
+
+    whole = train(load_recipe(_write_recipe(tmp_path, tiny_gemma, str(tmp_path / "whole"))), log=lambda *_: None)
+    assert whole["steps"] == 6 and whole["trained_items"] == examples.item_ids(ItemSlice("medqa_usmle", split="dev", count=12))
+    assert whole["losses"][-1]["loss"] < whole["losses"][0]["loss"]
+
+    out = tmp_path / "killed"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
+    proc = subprocess.Popen([sys.executable, "-m", "medr2_hooks.finetune", _write_recipe(tmp_path, tiny_gemma, str(out)),
+                             "--no_wandb"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        done = (out / "loss.jsonl").read_text().count("\n") if (out / "loss.jsonl").exists() else 0
+        if done >= 3:
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run should have been killed mid-training"
+    assert not (out / "final").exists()
+
+    resumed = train(load_recipe(_write_recipe(tmp_path, tiny_gemma, str(out))), log=lambda *_: None)
+    assert [r["step"] for r in resumed["losses"]] == list(range(1, 7))
+    for a, b in zip(resumed["losses"], whole["losses"]):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5) and a["lr"] == pytest.approx(b["lr"])
+    assert json.loads((out / "final" / MANIFEST).read_text())["steps"] == 6
+    with pytest.raises(ConfigError, match="never overwritten"):
+        train(load_recipe(_write_recipe(tmp_path, tiny_gemma, str(out))))

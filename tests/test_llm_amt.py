@@ -1,0 +1,87 @@
+"""LLM-AMT on the real embedded model over the demo index: the refiner keeps exactly what both filters accept,
+the augmenter never sees the options, relevance is the stage Med-R²'s coarse rerank caches, and a refiner that
+rejects everything leaves the reader without knowledge (counted)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from medr2_hooks import data
+
+from pipeline_helpers import TINY, _model_calls, _pipeline
+
+pytestmark = pytest.mark.slow
+
+AMT = {**TINY, "method": "llm_amt", "pipeline": "llm_amt", "retrieve_k": 3, "augment_max_new_tokens": 16}
+
+
+@pytest.fixture(scope="module")
+def usmle():
+    return data.pools("medqa_usmle").eval[:2]
+
+
+def test_refiner_keeps_exactly_the_documents_both_filters_accept(tmp_path, usmle):
+    from medr2_hooks.lmeval.medr2 import prepare_records
+    from medr2_hooks.pipeline import llm_amt
+
+    log: list = []
+    m = _pipeline(tmp_path, log, **AMT)
+    packs, record = prepare_records(m, "medqa_usmle", usmle, [])
+    assert record["pipeline"] == "llm_amt" and record["demos"] == 0
+
+    questions = [r.question for r in usmle]
+    augmented = llm_amt.augment(m, [r.public() for r in usmle])  # cached: the same queries as the run
+    candidates = m.retrieve([a["query"] for a in augmented], [None] * len(usmle))
+    relevance = m.relevance(questions, candidates)
+    relevant = [[h for h, s in zip(hits, sc) if s > 0.5] for hits, sc in zip(candidates, relevance)]
+    useful = llm_amt.usefulness(m, questions, relevant)
+    expected = [[h["doc_id"] + "#" + str(h["passage"]) for h, s in zip(hits, sc) if s > 0.5]
+                for hits, sc in zip(relevant, useful)]
+    kept = llm_amt.refine(m, questions, candidates)
+    assert [[h["doc_id"] + "#" + str(h["passage"]) for h in hits] for hits in kept] == expected
+    dropped = sum(len(c) for c in candidates) - sum(len(k) for k in kept)
+    assert record["counts"].get("refiner_dropped_irrelevant", 0) + record["counts"].get("refiner_dropped_useless", 0) == dropped
+
+    for p, hits in zip(packs, kept):
+        assert {e["doc_id"] for e in p["evidence"]} <= {h["doc_id"] for h in hits}
+        assert all(e["relevance"] > 0.5 and e["usefulness"] > 0.5 for e in p["evidence"])
+        assert p["reasoning"] == p["cot"] and p["n_demos"] == 0
+        assert p["augmented_query"]["query"].startswith(usmle[packs.index(p)].question)
+
+    # the augmenter, the retrievers and both filters see the question only: never an option text
+    # (the reader answers the question, so its CoT prompt lists the options)
+    roles = {kind for kind, _ in log}
+    assert {"generate:augmenter", "score_choices:coarse_rerank", "score_choices:usefulness", "search"} <= roles
+    sent = " ".join(payload for kind, payload in log if kind.split(":")[-1] in ("augmenter", "coarse_rerank",
+                                                                               "usefulness", "search"))
+    for r in usmle:
+        assert json.dumps(f"\nA. {r.options['A']}")[1:-1] not in sent
+
+
+def test_relevance_filter_shares_the_med_r2_coarse_cache(tmp_path, usmle):
+    from medr2_hooks.lmeval.medr2 import prepare_records
+
+    prepare_records(_pipeline(tmp_path, [], **AMT), "medqa_usmle", usmle, [])
+    log: list = []
+    m = _pipeline(tmp_path, log, **TINY)
+    questions = [r.question for r in usmle]
+    candidates = m.retrieve(questions, [None] * len(usmle))
+    m.relevance(questions, candidates)
+    assert m.cache.stats.get("coarse:hit", 0) > 0
+
+
+def test_rejecting_every_document_leaves_the_reader_without_knowledge(tmp_path, usmle):
+    from medr2_hooks.lmeval.medr2 import doc_to_text, prepare_records
+
+    packs, record = prepare_records(_pipeline(tmp_path, [], **AMT, relevance_threshold=1.0), "medqa_usmle", usmle, [])
+    assert record["counts"]["all_knowledge_filtered"] == len(usmle)
+    for r, p in zip(usmle, packs):
+        assert p["evidence"] == [] and p["prefix"] == ""
+        doc = {**r.to_doc(), "benchmark": "medqa_usmle", "prefix": p["prefix"], "reasoning": p["reasoning"]}
+        text = doc_to_text(doc)
+        assert text.startswith("Question: ") and f"Reasoning: {p['cot'].strip()}\nAnswer:" in text
+    again: list = []
+    prepare_records(_pipeline(tmp_path, again, **AMT, relevance_threshold=1.0), "medqa_usmle", usmle, [])
+    assert _model_calls(again) == []  # cached
