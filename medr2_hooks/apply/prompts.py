@@ -5,6 +5,9 @@
 - ``mmlu``    (``mmlu_*``):          ``{q.strip()}\\nA. ..\\n...Answer:`` after the subject description
 - ``pubmedqa``: the built-in prompt without its ``Abstract:`` line (question only, as in the paper);
   the choices are the labels ``yes``/``no``/``maybe`` and are not listed in the prompt.
+- MedXpertQA and NEJMQA use the ``medqa`` layout (options A–J / A–E).
+- ``diagnosis`` (RareArena): the case report, then a request for five ranked diagnoses, ending in
+  ``Diagnoses:\n1.`` — the model continues the list (see :mod:`medr2_hooks.lmeval.diagnosis`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,12 @@ STYLE_OF = {
     "medmcqa": "medmcqa",
     "pubmedqa": "pubmedqa",
     "mmlu_med": "mmlu",
+    "medxpertqa": "medqa",
+    "nejmqa": "medqa",
+    "rarearena_rds": "diagnosis",
+    "rarearena_rdc": "diagnosis",
 }
+ANSWER_CUE, DIAGNOSIS_CUE = "Answer:", "Diagnoses:\n1."
 
 
 def options_block(options: dict[str, str]) -> str:
@@ -26,7 +34,8 @@ def options_block(options: dict[str, str]) -> str:
 
 
 def question_prompt(benchmark: str, question: Question) -> str:
-    """The question part of the prompt, ending in ``Answer:`` (lm-eval adds `` <choice>``)."""
+    """The question part of the prompt, ending in ``Answer:`` (lm-eval adds `` <choice>``) or, for free-text
+    diagnosis, in ``Diagnoses:\n1.``."""
     try:
         style = STYLE_OF[benchmark]
     except KeyError:
@@ -37,7 +46,18 @@ def question_prompt(benchmark: str, question: Question) -> str:
         return f"Question: {question.question}\nChoices:\n{options_block(question.options)}Answer:"
     if style == "mmlu":
         return f"{question.question.strip()}\n{options_block(question.options)}Answer:"
+    if style == "diagnosis":
+        return (f"Case report:\n{question.question.strip()}\n\n"
+                f"List the five most likely diagnoses, most likely first, one per line.\n{DIAGNOSIS_CUE}")
     return f"Question: {question.question}\nAnswer:"
+
+
+def with_reasoning(prompt: str, cot: str | None) -> str:
+    """A question prompt with ``Reasoning: <cot>`` put before its closing cue (``Answer:`` or the list cue)."""
+    if not cot:
+        return prompt
+    cue = DIAGNOSIS_CUE if prompt.endswith(DIAGNOSIS_CUE) else ANSWER_CUE
+    return f"{prompt[: -len(cue)]}Reasoning: {cot.strip()}\n{cue}"
 
 
 def mmlu_description(subject: str) -> str:

@@ -3,16 +3,23 @@
 The CoT generator answers the question (with its options) from the selected evidence; its reasoning feeds the
 next iteration's retrieval query and serves as a demonstration for the target model. Its answer is read by
 closed-set scoring of the option labels after "Therefore, the answer is" — robust with small base models,
-where parsing free text would mostly fail.
+where parsing free text would mostly fail. Free-text questions (RareArena: no options) get a short generated
+answer after "Therefore, the most likely diagnosis is", as ``{normalised name: 1.0}`` (``{}`` when empty), so
+Alg. 2 compares it with the reference answer by name.
 """
 
 from __future__ import annotations
 
 from ..apply.prompts import options_block
+from ..data.orphanet import normalise
 from ..llm.closed_set import label_distribution
+
+FREE_ANSWER_TOKENS = 16
 
 
 def question_block(question: str, options: dict[str, str], labelled: bool) -> str:
+    if not options:
+        return f"Question: {question}"
     if labelled:
         return f"Question: {question}\n{options_block(options)}".rstrip("\n")
     return f"Question: {question}\nOptions: {', '.join(options)}"
@@ -39,6 +46,12 @@ def cot_answers(backend, prompts: list[str], cots: list[str], labels: list[list[
     for i, ls in enumerate(labels):
         groups.setdefault(tuple(ls), []).append(i)
     result: dict[int, dict[str, float]] = {}
+    free = groups.pop((), [])
+    if free:
+        names = backend.generate([f"{prompts[i]} {cots[i]}\nTherefore, the most likely diagnosis is" for i in free],
+                                 FREE_ANSWER_TOKENS, stop=["\n", "."], role="cot_answer")
+        for i, name in zip(free, names):
+            result[i] = {normalise(name): 1.0} if normalise(name) else {}
     for ls, idx in groups.items():
         probs = label_distribution(backend, [f"{prompts[i]} {cots[i]}\nTherefore, the answer is" for i in idx],
                                    list(ls), role="cot_answer")

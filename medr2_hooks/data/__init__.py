@@ -31,6 +31,8 @@ class Benchmark:
     n_demos: int  # paper Table 7: CoT demonstrations taken out of the evaluation pool
     language: str
     title: str
+    from_file: str | None = None  # "module:function(path) -> list[Record]": a user's own file (cases_file)
+    kind: str = "qa"  # qa (Table 2) | clinical (Table 8)
 
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -41,6 +43,14 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark("medmcqa", "medmcqa:load", "medmcqa:load_hub", 13, "en", "MedMCQA (dev)"),
         Benchmark("pubmedqa", "pubmedqa:load", "pubmedqa:load_hub", 10, "en", "PubMedQA PQA-L (question only)"),
         Benchmark("mmlu_med", "mmlu:load", "mmlu:load_hub", 9, "en", "MMLU-Med (6 subjects)"),
+        Benchmark("medxpertqa", "medxpertqa:load", "medxpertqa:load_hub", 10, "en", "MedXpertQA Text (10 options)",
+                  kind="clinical"),
+        Benchmark("nejmqa", "nejmqa:load", None, 5, "en", "NEJMQA (default: AgentClinic-NEJM cases, not the paper's set)",
+                  from_file="nejmqa:load_cases", kind="clinical"),
+        Benchmark("rarearena_rds", "rarearena:load_rds", "rarearena:load_rds_hub", 2, "en",
+                  "RareArena RDS (rare-disease screening, free text)", from_file="rarearena:load_rds_file", kind="clinical"),
+        Benchmark("rarearena_rdc", "rarearena:load_rdc", "rarearena:load_rdc_hub", 2, "en",
+                  "RareArena RDC (rare-disease confirmation, free text)", from_file="rarearena:load_rdc_file", kind="clinical"),
     )
 }
 SOURCES = ("local", "hub")
@@ -74,9 +84,14 @@ def _root(data_dir: str | Path | None) -> Path:
 
 
 @lru_cache(maxsize=32)
-def _load(name: str, source: str, root: Path | None) -> tuple[Record, ...]:
+def _load(name: str, source: str, root: Path | None, cases_file: str | None = None) -> tuple[Record, ...]:
     spec = benchmark(name)
-    if source == "local":
+    if cases_file:
+        if spec.from_file is None:
+            raise DataError(f"{name} reads no cases_file; benchmarks that do: "
+                            f"{', '.join(b.name for b in BENCHMARKS.values() if b.from_file)}")
+        records = _call(spec.from_file, Path(cases_file))
+    elif source == "local":
         records = _call(spec.local, root)
     elif source == "hub":
         if spec.hub is None:
@@ -92,9 +107,12 @@ def _load(name: str, source: str, root: Path | None) -> tuple[Record, ...]:
     return tuple(records)
 
 
-def load(name: str, *, source: str = "local", data_dir: str | Path | None = None) -> list[Record]:
-    """Every item of a benchmark (evaluation pool and demonstrations together), in file order."""
-    return list(_load(name, source, _root(data_dir) if source == "local" else None))
+def load(name: str, *, source: str = "local", data_dir: str | Path | None = None,
+         cases_file: str | None = None) -> list[Record]:
+    """Every item of a benchmark (evaluation pool and demonstrations together), in file order.
+    ``cases_file``: a user's own file in the benchmark's schema (NEJMQA, RareArena) instead of the mirror/hub."""
+    root = _root(data_dir) if source == "local" and not cases_file else None
+    return list(_load(name, source, root, str(cases_file) if cases_file else None))
 
 
 def demo_ids(records: list[Record], n: int, seed: int = DEMO_SEED) -> set[str]:
@@ -103,9 +121,13 @@ def demo_ids(records: list[Record], n: int, seed: int = DEMO_SEED) -> set[str]:
     return set(random.Random(seed).sample(ids, n))
 
 
-def pools(name: str, *, source: str = "local", data_dir: str | Path | None = None, seed: int = DEMO_SEED) -> Pools:
-    """The evaluation pool and the CoT-demonstration pool (Table 7 sizes), disjoint, in file order."""
-    records = load(name, source=source, data_dir=data_dir)
+def pools(name: str, *, source: str = "local", data_dir: str | Path | None = None, seed: int = DEMO_SEED,
+          cases_file: str | dict | None = None) -> Pools:
+    """The evaluation pool and the CoT-demonstration pool (Table 7 sizes), disjoint, in file order.
+    ``cases_file`` may be a mapping ``{benchmark: path}`` (lm-eval shares ``--metadata`` across a run's tasks)."""
+    if isinstance(cases_file, dict):
+        cases_file = cases_file.get(name)
+    records = load(name, source=source, data_dir=data_dir, cases_file=cases_file)
     chosen = demo_ids(records, benchmark(name).n_demos, seed)
     return Pools(
         eval=[r for r in records if r.id not in chosen],

@@ -26,7 +26,7 @@ class Record:
 
     ``options`` maps a choice label to its text, in presentation order: letters for multiple choice
     (``{"A": "...", ...}``), labels for PubMedQA (``{"yes": "yes", "no": "no", "maybe": "maybe"}``).
-    ``answer`` is the gold label, a key of ``options``. ``meta`` holds source details
+    ``answer`` is the gold label, a key of ``options`` (free-text benchmarks: no options, the gold text). ``meta`` holds source details
     (PubMedQA ``pmid``, MedMCQA ``subject``, MMLU ``subject``, the source file and line, ...).
     """
 
@@ -56,7 +56,7 @@ class Record:
             "choice_labels": self.labels,
             "choice_texts": list(self.options.values()),
             "answer": self.answer,
-            "gold": self.gold_index,
+            "gold": self.gold_index if self.options else -1,  # free-text items (RareArena) have no options
             "language": self.language,
             "meta": json.dumps(self.meta, ensure_ascii=False, sort_keys=True),
         }

@@ -31,11 +31,11 @@ def refuse_trained(benchmark: str, records: list[Record], trained_items: list[st
 
 
 def load_dataset(benchmark: str, source: str = "local", data_dir: str | None = None, subject: str | None = None,
-                 split: str | None = None, trained_items: list[str] | None = None, limit=None, **_lm_eval_metadata):
+                 split: str | None = None, trained_items: list[str] | None = None, cases_file: str | dict | None = None, limit=None, **_lm_eval_metadata):
     """``custom_dataset`` hook: ``DatasetDict(test=..., demos=...)`` of :meth:`Record.to_doc` rows."""
     import datasets
 
-    pools = data.pools(benchmark, source=source, data_dir=data_dir)
+    pools = data.pools(benchmark, source=source, data_dir=data_dir, cases_file=cases_file)
     evaluated = select(pools.eval, subject, split)
     refuse_trained(benchmark, evaluated, trained_items, limit)
 

@@ -37,7 +37,7 @@ def _merge(base: dict, override: dict) -> dict:
 
 def load_dataset(benchmark: str, method: dict | None = None, variant: dict | None = None, source: str = "local",
                  data_dir: str | None = None, subject: str | None = None, limit: int | None = None,
-                 split: str | None = None, trained_items: list[str] | None = None, **metadata):
+                 split: str | None = None, trained_items: list[str] | None = None, cases_file: str | dict | None = None, **metadata):
     import datasets
 
     from ..pipeline.medr2 import MedR2
@@ -45,7 +45,7 @@ def load_dataset(benchmark: str, method: dict | None = None, variant: dict | Non
     # settings: the template's method, the task's variant (e.g. Med-R²-CoT), then the user's overrides
     merged = _merge(_merge(method or {}, variant or {}), metadata.pop("method_override", {}) or {})
     cfg = MethodConfig.from_dict(merged, f"{benchmark} method")
-    pools = data.pools(benchmark, source=source, data_dir=data_dir)
+    pools = data.pools(benchmark, source=source, data_dir=data_dir, cases_file=cases_file)
     eval_records = select(pools.eval, subject, split)
     refuse_trained(benchmark, eval_records, trained_items, limit)
     if limit:
@@ -87,10 +87,8 @@ def _write_record(record: dict, benchmark: str, cfg: MethodConfig) -> None:
 
 
 def doc_to_text(doc: dict) -> str:
-    from ..pipeline.run import with_reasoning
-
     question = prompts.question_prompt(doc["benchmark"], Record.from_doc(doc).public())
-    return doc["prefix"] + with_reasoning(question, doc.get("reasoning"))
+    return doc["prefix"] + prompts.with_reasoning(question, doc.get("reasoning"))
 
 
 def doc_to_choice(doc: dict) -> list[str]:

@@ -17,12 +17,12 @@ from __future__ import annotations
 import time
 
 from ..apply.pack import pack
-from ..apply.prompts import question_prompt
+from ..apply.prompts import question_prompt, with_reasoning
 from ..data.record import Question
 from ..llm.closed_set import label_distribution
 from ..reformulate import usable
 from .medr2 import GENERATION_VERSION, MedR2
-from .run import _cots, _evidence_record, render_evidence, select_evidence, with_reasoning
+from .run import _cots, _evidence_record, render_evidence, select_evidence
 
 
 def rewrite_prompt(backend, question: str) -> str:

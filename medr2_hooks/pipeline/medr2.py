@@ -21,6 +21,7 @@ from .. import classify as classify_stage
 from .. import cot as cot_stage
 from .. import reformulate as reformulate_stage
 from ..cache import StageCache
+from ..data.orphanet import normalise
 from ..data.record import Question
 from ..llm import BackendPool
 from ..llm.closed_set import label_distribution
@@ -108,14 +109,21 @@ class MedR2:
         return [x["query"] for x in out]
 
     def references(self, questions: list[Question]) -> list[dict]:
-        """``M_F``'s answer to each question without evidence (closed-set over the options): the reference for
-        ``f_u`` and for Acc in Alg. 2. Never the gold label."""
+        """``M_F``'s answer to each question without evidence: closed-set over the options, or a short generated
+        name for free-text questions. The reference for ``f_u`` and for Acc in Alg. 2 — never the gold label."""
         def compute(items):
             backend = self.llm("reference")
             groups: dict[tuple[str, ...], list[int]] = {}  # one batched call per label set
             for i, item in enumerate(items):
                 groups.setdefault(tuple(item["o"]), []).append(i)
             out: list[dict] = [{} for _ in items]
+            free = groups.pop((), [])
+            if free:
+                prompts = [backend.chat(f"{cot_stage.question_block(items[i]['q'], {}, False)}\n\nName the single most "
+                                        "likely diagnosis.") + "Diagnosis:" for i in free]
+                for i, text in zip(free, backend.generate(prompts, cot_stage.FREE_ANSWER_TOKENS, stop=["\n", "."],
+                                                          role="reference")):
+                    out[i] = {"label": normalise(text), "text": text.strip(), "probs": None}
             for labels, idx in groups.items():
                 prompts = [cot_stage.question_block(items[i]["q"], items[i]["o"],
                                                     list(labels) != list(items[i]["o"].values())) + "\nAnswer:"
@@ -127,8 +135,10 @@ class MedR2:
                     out[i] = {"label": label, "text": text, "probs": dict(zip(labels, map(float, p)))}
             return out
 
-        return self.cached("reference", [{"q": q.question, "o": q.options} for q in questions],
-                           {"model": self.ids["reference"]}, compute)
+        out = self.cached("reference", [{"q": q.question, "o": q.options} for q in questions],
+                          {"model": self.ids["reference"], "version": GENERATION_VERSION}, compute)
+        self.counts["empty_reference_answers"] += sum(not r["label"] for r in out)
+        return out
 
     # -- evidence ---------------------------------------------------------------------------------------------
     def retrieve(self, queries: list[str], pmids: list[str | None]) -> list[list[dict]]:
@@ -210,10 +220,13 @@ class MedR2:
             lambda xs: fine.doc_type_distributions(*judged("doc_typer", xs)))))
 
         def losses(items):
+            # Rule: an empty reference answer (M_F generated nothing) has no loss to lower: f_u = 0, counted above.
             backend = self.llm("proxy")
-            scored = fine.answer_losses(backend, [(x["q"], x["ref"], [backend.truncate(d, judge_len) for d in x["docs"]])
-                                                  for x in items])
-            return [{"init": init, "docs": per_doc} for init, per_doc in scored]
+            scorable = [x for x in items if x["ref"].strip()]
+            scored = iter(fine.answer_losses(backend, [(x["q"], x["ref"], [backend.truncate(d, judge_len) for d in x["docs"]])
+                                                       for x in scorable]) if scorable else [])
+            return [dict(zip(("init", "docs"), next(scored))) if x["ref"].strip() else {"init": None, "docs": [None] * len(x["docs"])}
+                    for x in items]
 
         def judge_conflicts(sets):
             backend = self.llm("conflict")
@@ -232,7 +245,7 @@ class MedR2:
             scored = []
             for h, l_x in zip(hits, lo["docs"]):
                 level = levels[_doc_key(h)]["level"]
-                fh, fg, fu = fine.f_h(level), fine.f_g(types[_doc_key(h)], lab["qtype"]), fine.f_u(lo["init"], l_x)
+                fh, fg, fu = fine.f_h(level), fine.f_g(types[_doc_key(h)], lab["qtype"]), (fine.f_u(lo["init"], l_x) if l_x is not None else 0.0)
                 scored.append({**h, "evidence_level": level, "f_h": fh, "f_g": fg, "f_u": fu, "l_init": lo["init"],
                                "l_x": l_x, "F": fine.fine_score(fh, fg, fu, cfg.alpha)})
             dropped = fine.drop_conflicting([s["evidence_level"] for s in scored], [s["coarse"] for s in scored],

@@ -9,7 +9,7 @@ import numpy as np
 from .. import cot as cot_stage
 from .. import loop
 from ..apply.pack import pack
-from ..apply.prompts import question_prompt
+from ..apply.prompts import question_prompt, with_reasoning
 from ..data.record import Question
 from ..reformulate import iteration_query
 from .medr2 import GENERATION_VERSION, MedR2
@@ -55,7 +55,7 @@ def iterate(m: MedR2, questions: list[Question], pmids: list[str | None]) -> lis
             cen = loop.centroid(np.asarray(emb)) if len(emb) else None
             mu = loop.stability(cen, st["prev_centroid"])
             acc = None
-            if cfg.cot and cots[j]["answer"] is not None and refs[i] is not None:
+            if cfg.cot and cots[j]["answer"] and refs[i] is not None and refs[i]["label"]:
                 acc = float(max(cots[j]["answer"], key=cots[j]["answer"].get) == refs[i]["label"])
             st["iterations"].append({
                 "t": t, "query": queries[j], "doc_ids": [h["doc_id"] for h in candidates[j]],
@@ -92,13 +92,6 @@ def select_evidence(m: MedR2, ranked: list[dict]) -> list[dict]:
 
 def render_evidence(texts: list[str]) -> str:
     return "Evidence:\n" + "\n".join(f"[{i}] {t.strip()}" for i, t in enumerate(texts, 1)) + "\n\n" if texts else ""
-
-
-def with_reasoning(prompt: str, cot: str | None) -> str:
-    """A question prompt ending in ``Answer:`` with ``Reasoning: <cot>`` put before that cue."""
-    if not cot:
-        return prompt
-    return f"{prompt[: -len('Answer:')]}Reasoning: {cot.strip()}\nAnswer:"
 
 
 def render_demo(benchmark: str, q: Question, answer: str, evidence: list[str], cot: str | None) -> str:
