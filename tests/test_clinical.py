@@ -148,6 +148,7 @@ def test_diagnosis_metrics_count_short_and_invalid_lists_and_never_pad():
 
 @pytest.mark.slow
 def test_rarearena_rds_direct_runs_on_the_fixture_and_reports_recall(tmp_path, monkeypatch):
+    from medr2_hooks.lmeval.diagnosis import parse_list
     from medr2_hooks.lmeval.runner import EvalConfig, run_eval
 
     monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path))
@@ -159,3 +160,13 @@ def test_rarearena_rds_direct_runs_on_the_fixture_and_reports_recall(tmp_path, m
     assert results["n-samples"]["rarearena_rds_direct"]["effective"] == 3
     row = results["samples"]["rarearena_rds_direct"][0]
     assert row["arguments"]["gen_args_0"]["arg_0"].endswith("Diagnoses:\n1.")
+
+    # the LLM judge re-grades the logged lists in one batched call (here the embedded model as the judge)
+    from medr2_hooks.lmeval.judge import judge_run
+    from medr2_hooks.llm.hf import HFBackend
+
+    judge = HFBackend("embedded:gemma-270m")
+    judged = judge_run(results["run_record"]["config"]["output_path"] or tmp_path / "runs", judge)
+    predictions = sum(len(parse_list(s["filtered_resps"][0])) for s in results["samples"]["rarearena_rds_direct"])
+    assert judged["judged_predictions"] == predictions and judge.usage.calls == (1 if predictions else 0)
+    assert judged["tasks"]["rarearena_rds_direct"]["n"] == 3

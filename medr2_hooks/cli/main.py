@@ -16,6 +16,7 @@ COMMANDS = {
     "data": ("medr2_hooks.cli.data_cmd", "inspect the benchmark data (counts, sources)"),
     "eval": ("medr2_hooks.cli.eval_cmd", "run lm-eval on medr2 tasks, save results and an offline W&B run"),
     "finetune": ("medr2_hooks.cli.finetune_cmd", "full-parameter fine-tuning baseline (accelerate), resumable"),
+    "judge": ("medr2_hooks.cli.judge_cmd", "re-grade a RareArena run's diagnoses with an LLM judge"),
     "index": ("medr2_hooks.cli.index_cmd", "build, inspect and search evidence indexes"),
     "models": ("medr2_hooks.cli.models_cmd", "resolve embedded model names to local folders"),
     "tasks": ("medr2_hooks.cli.tasks_cmd", "list the lm-eval tasks and groups this package ships"),
