@@ -132,8 +132,11 @@ def run_eval(cfg: EvalConfig) -> dict:
         metadata["trained_items"] = training["trained_items"]
     task_manager = check_tasks(cfg.tasks, metadata)
     embedded_name = cfg.model if embedded.is_embedded(cfg.model) else parse_model_args(cfg.model_args).get("pretrained", "")
-    batch_size = cfg.batch_size or default_batch_size(embedded_name, cfg.tasks) or "auto"
+    if training:  # a checkpoint fine-tuned from an embedded model keeps its base model's safe batch size
+        embedded_name = training["recipe"]["model"]
     device = cfg.device or _default_device()
+    # lm-eval's "auto" probes for the largest batch that fits a GPU; on a CPU it grows until the machine swaps
+    batch_size = cfg.batch_size or default_batch_size(embedded_name, cfg.tasks) or ("auto" if device != "cpu" else 4)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     name = cfg.run_name or f"{'+'.join(cfg.tasks)}__{cfg.model.replace('/', '_').replace(':', '-')}__{stamp}"
     out_dir = Path(cfg.output_path) if cfg.output_path else settings.results_dir() / "runs" / name
