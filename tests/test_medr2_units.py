@@ -184,3 +184,23 @@ def test_llm_amt_and_vanilla_rag_tasks_select_their_stage_compositions():
     assert amt["pipeline"] == "llm_amt" and amt["method"] == "llm_amt"
     rag = _task_method("medr2/medqa_usmle_vanilla_rag.yaml")
     assert (rag["retrievers"], rag["classify"], rag["reformulate"], rag["rerank"], rag["cot"]) == (["dense"], False, False, False, False)
+
+
+def test_every_task_yaml_has_a_numeric_version():
+    """lm-eval reports a task without ``metadata.version`` as version "Yaml", which breaks W&B result tables
+    that mix it with numbered tasks."""
+    import yaml
+
+    from medr2_hooks import settings
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+    for path in settings.tasks_dir().rglob("*.yaml"):
+        task = yaml.load(path.read_text(), Loader=Loader)
+        chain = [task]
+        while "include" in chain[-1]:
+            chain.append(yaml.load((path.parent / chain[-1]["include"]).read_text(), Loader=Loader))
+        version = next((t["metadata"]["version"] for t in chain if "version" in (t.get("metadata") or {})), None)
+        assert isinstance(version, (int, float)), f"{path.relative_to(settings.tasks_dir())}: no metadata.version"
