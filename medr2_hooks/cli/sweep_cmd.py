@@ -1,0 +1,58 @@
+"""``medr2 sweep``: expand an experiment config into runs and execute them (resumable)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = (
+        "examples:\n"
+        "  medr2 sweep table10_embedded --dry-run --json     # the expanded runs, nothing executed\n"
+        "  medr2 sweep table10_embedded                      # run (skips runs whose results exist)\n"
+        "  medr2 sweep table9 --wandb-sweep sweep.yaml && wandb sweep sweep.yaml   # then `wandb agent` on each GPU box\n"
+        "State: results/<experiment>/sweep.json; each run: results/runs/<run>/ and a W&B run (group = experiment)."
+    )
+    parser.add_argument("config", help="an experiment name in experiments/ or a YAML path")
+    parser.add_argument("--dry-run", action="store_true", help="list the runs without executing them")
+    parser.add_argument("--json", action="store_true", help="with --dry-run: print the runs as a JSON list")
+    parser.add_argument("--run", action="append", help="execute only this run name (repeatable; W&B agents use it)")
+    parser.add_argument("--wandb-sweep", metavar="FILE", help="write a W&B sweep spec over the runs and exit")
+    parser.add_argument("--no_wandb", action="store_true", help="no W&B run per evaluation")
+
+
+def run(args: argparse.Namespace) -> int:
+    import yaml
+
+    from ..config import ConfigError
+    from ..experiments.config import load_experiment
+    from ..experiments.expand import expand
+    from ..experiments.sweep import sweep, wandb_sweep_spec
+
+    exp = load_experiment(args.config)
+    runs = expand(exp)
+    if args.run:
+        known = {r.name for r in runs}
+        unknown = [name for name in args.run if name not in known]
+        if unknown:
+            raise ConfigError(f"run {unknown[0]!r} is not in {exp.name} (medr2 sweep {args.config} --dry-run lists them)")
+        runs = [r for r in runs if r.name in args.run]
+    if args.wandb_sweep:
+        with open(args.wandb_sweep, "w", encoding="utf-8") as fh:
+            yaml.safe_dump(wandb_sweep_spec(exp.name, args.config, runs), fh, sort_keys=False)
+        print(f"{args.wandb_sweep}: {len(runs)} runs")
+        return 0
+    if args.dry_run:
+        if args.json:
+            print(json.dumps([r.to_json() for r in runs], indent=1))
+        else:
+            for r in runs:
+                print(f"{r.name}  task={r.task} model={r.lm_model} {r.model_args}")
+            print(f"{len(runs)} runs")
+        return 0
+    state = sweep(exp.name, runs, wandb=not args.no_wandb)
+    failed = [n for n, e in state["runs"].items() if e["status"] == "failed"]
+    print(f"{exp.name}: {len(runs)} runs, {len(failed)} failed")
+    return 1 if failed else 0

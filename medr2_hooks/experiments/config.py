@@ -1,0 +1,67 @@
+"""Experiment configs (``experiments/*.yaml``): models × methods × benchmarks × windows, validated on load.
+
+An unknown method, benchmark or window is an error before any run starts, listing the valid values.
+Methods: ``direct``, ``vanilla_rag``, ``llm_amt``, ``medr2``, ``medr2_cot``, ``finetune`` (the ``*_direct``
+task on a model's fine-tuned checkpoint) and the Table 10 ablations ``ablation_<q|r|c combination>``
+(q = query reformulator, r = evidence reranker, c = CoT generator; ``ablation_qrc`` is Med-R² itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from itertools import combinations
+
+from .. import data, settings
+from ..config import ConfigError, from_dict, load_yaml
+
+BASE_METHODS = ("direct", "vanilla_rag", "llm_amt", "medr2", "medr2_cot", "finetune")
+ABLATIONS = tuple("ablation_" + "".join(c) for n in (1, 2, 3) for c in combinations("qrc", n))
+METHODS = BASE_METHODS + ABLATIONS
+WINDOWS = (4096, 8192, 16384, 32768, 65536, 131072)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str  # short name used in run names and tables
+    model: str = "hf"  # lm-eval model type or an embedded: name
+    model_args: str = ""
+    tokenizer: str | None = None  # the target tokenizer for window packing (default: the pretrained path)
+    finetuned: str | None = None  # checkpoint folder for the finetune method
+    max_window: int | None = None  # the longest window the model takes (Qwen beyond 32K: YaRN in model_args)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    models: list[ModelSpec]
+    methods: list[str]
+    benchmarks: list[str]
+    windows: list[int] = field(default_factory=lambda: [4096])
+    limit: int | None = None  # a fixed slice per benchmark (embedded twins)
+    method_override: dict = field(default_factory=dict)  # MethodConfig settings for every retrieval run
+    metadata: dict = field(default_factory=dict)  # other task metadata (cases_file, split, ...)
+    description: str = ""
+
+    def __post_init__(self):
+        for kind, values, valid in (("method", self.methods, METHODS), ("benchmark", self.benchmarks, list(data.BENCHMARKS)),
+                                    ("window", self.windows, WINDOWS)):
+            bad = [v for v in values if v not in valid]
+            if bad:
+                raise ValueError(f"unknown {kind} {bad[0]!r}; valid {kind}s: {', '.join(map(str, valid))}")
+        if not self.models:
+            raise ValueError("an experiment needs at least one model")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def load_experiment(name_or_path: str) -> Experiment:
+    from pathlib import Path
+
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = settings.REPO_ROOT / "experiments" / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (settings.REPO_ROOT / "experiments").glob("*.yaml"))
+        raise ConfigError(f"no experiment {name_or_path!r}: give a YAML path or one of: {', '.join(known)}")
+    return from_dict(Experiment, load_yaml(path), str(path))

@@ -1,0 +1,63 @@
+"""Run an experiment's runs in order; skip those whose ``run.json`` exists; record failures and go on.
+
+State of the sweep lives in ``results/<experiment>/sweep.json`` (written after every run): per run its status
+(``done``, ``skipped`` — results already there, ``failed`` with the error), wall seconds and results folder.
+``wandb_sweep_spec`` writes a W&B grid sweep over the same run names, so ``wandb agent`` processes on many
+machines each execute ``medr2 sweep <config> --run <name>``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from pathlib import Path
+
+from .. import settings
+from ..corpus.store import atomic_write_text
+from .expand import Run
+
+
+def run_dir(run: Run) -> Path:
+    return settings.results_dir() / "runs" / run.name
+
+
+def execute(run: Run, wandb: bool = True) -> dict:
+    from ..lmeval.runner import EvalConfig, run_eval
+
+    cfg = EvalConfig(tasks=[run.task], model=run.lm_model, model_args=run.model_args, limit=run.limit,
+                     metadata=run.metadata, run_name=run.name, wandb=wandb, wandb_group=run.experiment,
+                     wandb_tags=run.tags)
+    return run_eval(cfg)["run_record"]
+
+
+def sweep(name: str, runs: list[Run], wandb: bool = True, execute_run=execute, log=print) -> dict:
+    state_path = settings.results_dir() / name / "sweep.json"
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    state = {"experiment": name, "runs": {}}
+    for i, run in enumerate(runs, 1):
+        entry = {"task": run.task, "model": run.model, "method": run.method, "benchmark": run.benchmark,
+                 "window": run.window, "results": str(run_dir(run))}
+        if (run_dir(run) / "run.json").is_file():
+            entry["status"] = "skipped"
+            log(f"[{i}/{len(runs)}] {run.name}: results exist, skipped")
+        else:
+            log(f"[{i}/{len(runs)}] {run.name}")
+            started = time.perf_counter()
+            try:
+                execute_run(run, wandb)
+                entry["status"] = "done"
+            except Exception as exc:  # noqa: BLE001 - a failed run is recorded with its error; the sweep goes on
+                entry.update(status="failed", error=f"{type(exc).__name__}: {exc}",
+                             traceback=traceback.format_exc(limit=5))
+                log(f"  failed: {entry['error']}")
+            entry["wall_seconds"] = round(time.perf_counter() - started, 2)
+        state["runs"][run.name] = entry
+        atomic_write_text(state_path, json.dumps(state, indent=1))
+    return state
+
+
+def wandb_sweep_spec(name: str, config_path: str, runs: list[Run]) -> dict:
+    return {"name": name, "method": "grid", "program": "medr2",
+            "command": ["medr2", "sweep", config_path, "${args}"],
+            "parameters": {"run": {"values": [r.name for r in runs]}}}

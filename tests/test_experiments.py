@@ -1,0 +1,98 @@
+"""Experiment configs: expansion counts per table, validation, cache-friendly order, resumable sweeps with
+recorded failures, and the paired statistics against hand-computed values."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from medr2_hooks.config import ConfigError
+from medr2_hooks.experiments.config import Experiment, ModelSpec, load_experiment
+from medr2_hooks.experiments.expand import expand
+
+
+@pytest.mark.parametrize("name, runs", [
+    ("table2", 3 * 5 * 4),  # no fine-tuned checkpoints configured: those cells stay missing
+    ("table2_embedded", 5), ("table8", 16), ("table9", 4 * 5 * 2 * 6), ("table9_embedded", 6),
+    ("table10", 8 * 5), ("table10_embedded", 9), ("figure4", 25),
+])
+def test_each_config_expands_to_its_number_of_runs(name, runs):
+    expanded = expand(load_experiment(name))
+    assert len(expanded) == runs and len({r.name for r in expanded}) == runs
+
+
+def test_unknown_names_fail_before_any_run_listing_valid_values(tmp_path):
+    with pytest.raises(ValueError, match="unknown method 'medr3'; valid methods: direct, vanilla_rag"):
+        Experiment("x", [ModelSpec("m")], ["medr3"], ["medqa_usmle"])
+    with pytest.raises(ValueError, match="unknown window 5000; valid windows: 4096"):
+        Experiment("x", [ModelSpec("m")], ["direct"], ["medqa_usmle"], windows=[5000])
+    with pytest.raises(ValueError, match="unknown benchmark 'medqa'"):
+        Experiment("x", [ModelSpec("m")], ["direct"], ["medqa"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nmodels: [{name: m}]\nmethods: [direct]\nbenchmarks: [medqa_usmle]\nwindow: [4096]\n")
+    with pytest.raises(ConfigError, match="unknown key 'window'"):
+        load_experiment(str(bad))
+
+
+def test_ablations_switch_stages_and_windows_of_a_model_run_together():
+    runs = expand(load_experiment("table10_embedded"))
+    by_method = {r.method: r for r in runs}
+    qc = by_method["ablation_qc"].metadata["method_override"]
+    assert (qc["reformulate"], qc["rerank"], qc["cot"], qc["method"]) == (True, False, True, "ablation_qc")
+    assert by_method["ablation_qrc"].task == "medqa_usmle_medr2" and by_method["direct"].metadata == {}
+    assert by_method["vanilla_rag"].task == "medqa_usmle_vanilla_rag"
+    t9 = [r for r in expand(load_experiment("table9")) if r.model == "qwen2.5-14b" and r.benchmark == "pubmedqa"]
+    assert [(r.method, r.window) for r in t9] == [(m, w) for m in ("direct", "medr2")
+                                                  for w in (4096, 8192, 16384, 32768, 65536, 131072)]
+    assert t9[-1].metadata["method_override"]["window"] == 131072 and "max_length=131072" in t9[-1].model_args
+    assert "yarn" in t9[-1].model_args
+
+
+def test_half_finished_sweep_resumes_and_records_failures(tmp_path, monkeypatch):
+    from medr2_hooks.experiments import sweep
+
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path))
+    runs = expand(load_experiment("table10_embedded"))[:4]
+    executed = []
+
+    def execute(run, wandb):  # stands in for lm-eval: writes the run record the real runner writes
+        executed.append(run.name)
+        if run.method == "ablation_q" and len(executed) < 5:
+            raise RuntimeError("out of memory")
+        out = sweep.run_dir(run)
+        out.mkdir(parents=True)
+        (out / "run.json").write_text("{}")
+
+    first = sweep.sweep("t", runs[:2], execute_run=execute, log=lambda *_: None)  # killed after two runs
+    assert [e["status"] for e in first["runs"].values()] == ["done", "done"]
+    second = sweep.sweep("t", runs, execute_run=execute, log=lambda *_: None)
+    statuses = {n.split("__")[2]: e["status"] for n, e in second["runs"].items()}
+    assert statuses == {"direct": "skipped", "vanilla_rag": "skipped", "ablation_q": "failed", "ablation_r": "done"}
+    assert "out of memory" in second["runs"][runs[2].name]["error"]
+    assert json.loads((tmp_path / "t" / "sweep.json").read_text()) == second
+    third = sweep.sweep("t", runs, execute_run=execute, log=lambda *_: None)
+    assert [e["status"] for e in third["runs"].values()] == ["skipped", "skipped", "done", "skipped"]
+
+
+def test_wandb_sweep_spec_lists_the_same_runs():
+    from medr2_hooks.experiments.sweep import wandb_sweep_spec
+
+    runs = expand(load_experiment("table9_embedded"))
+    spec = wandb_sweep_spec("table9_embedded", "experiments/table9_embedded.yaml", runs)
+    assert spec["parameters"]["run"]["values"] == [r.name for r in runs] and spec["method"] == "grid"
+
+
+def test_mcnemar_and_bootstrap_against_hand_computed_values():
+    from medr2_hooks.experiments.stats import mcnemar, paired_bootstrap
+
+    a = [1, 1, 0, 0, 1, 0, 0, 0, 1, 0]
+    b = [1, 0, 1, 1, 1, 1, 1, 0, 1, 1]
+    # discordant: b01 = 5 (items 3,4,6,7,10), b10 = 1 (item 2); p = 2 * (C(6,0) + C(6,1)) / 2^6 = 14/64
+    assert mcnemar(a, b) == {"b01": 5, "b10": 1, "p": pytest.approx(14 / 64)}
+    assert mcnemar(a, a)["p"] == 1.0
+    ci = paired_bootstrap(a, b, n=4000, seed=1)
+    assert ci["diff"] == pytest.approx(0.4) and ci["low"] < 0.4 < ci["high"]
+    assert paired_bootstrap(a, a)["low"] == paired_bootstrap(a, a)["high"] == 0.0
+    with pytest.raises(ValueError, match="paired scores"):
+        mcnemar([1, 0], [1])
