@@ -96,3 +96,50 @@ def test_mcnemar_and_bootstrap_against_hand_computed_values():
     assert paired_bootstrap(a, a)["low"] == paired_bootstrap(a, a)["high"] == 0.0
     with pytest.raises(ValueError, match="paired scores"):
         mcnemar([1, 0], [1])
+
+
+def test_paper_numbers_recompute_every_printed_average_and_list_the_errata():
+    from medr2_hooks.experiments.report import paper_table
+
+    tables = {t: paper_table(t) for t in ("2", "8", "9", "10")}
+    assert {t: len(cells) for t, (cells, _) in tables.items()} == {"2": 37 * 6, "8": 37 * 5, "9": 48 * 6, "10": 54 * 6}
+    errata = [(e["table"], e["model"], e["method"], e["window"]) for _, errs in tables.values() for e in errs]
+    assert errata == [("8", "DeepSeek-V3", "reported", 4096), ("8", "Qwen2.5-7B", "medr2", 4096),
+                      ("9", "Qwen2.5-32B", "direct", 8192), ("10", "LLaMA3.1-8B", "ablation_r", 4096)]
+    cells = {(c["model"], c["method"], c["benchmark"]): float(c["value"]) for c in tables["10"][0]}
+    assert cells[("LLaMA3.1-70B", "medr2", "medqa_usmle")] == 86.37  # spot check against the paper text
+
+
+def _fake_run(run, correct: list[int]):
+    """A finished run's files as medr2 eval writes them (run.json + a samples file), with given per-item scores."""
+    from medr2_hooks.experiments.sweep import run_dir
+
+    out = run_dir(run)
+    (out / "model").mkdir(parents=True)
+    acc = sum(correct) / len(correct)
+    (out / "run.json").write_text(json.dumps({"results": {run.task: {"acc,none": acc}}, "wall_seconds": 12.5}))
+    (out / "model" / f"samples_{run.task}_2026.jsonl").write_text(
+        "".join(json.dumps({"doc": {"id": f"q{i}"}, "acc": float(c)}) + "\n" for i, c in enumerate(correct)))
+
+
+def test_report_marks_missing_cells_and_computes_paired_statistics(tmp_path, monkeypatch):
+    from medr2_hooks.experiments.report import render
+
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path))
+    exp = load_experiment("table10_embedded")
+    runs = {r.method: r for r in expand(exp)}
+    _fake_run(runs["direct"], [1, 1, 0, 0, 1, 0, 0, 0, 1, 0])
+    _fake_run(runs["ablation_qrc"], [1, 0, 1, 1, 1, 1, 1, 0, 1, 1])
+    _fake_run(runs["vanilla_rag"], [0] * 10)
+    out = render(exp)
+    report = (out / "report.md").read_text()
+    assert "Runs with results: 3 of 9" in report
+    assert "| gemma-270m | 4096 | ablation_qrc | **80.00** | **80.00** |" in report
+    assert "| gemma-270m | 4096 | direct | <u>40.00</u> | <u>40.00</u> |" in report
+    assert "| gemma-270m | 4096 | ablation_q | — | — |" in report  # missing, never invented
+    stats = {s["method"]: s for s in json.loads((out / "stats.json").read_text())}
+    assert stats["ablation_qrc"]["diff"] == pytest.approx(40.0) and stats["ablation_qrc"]["mcnemar_p"] == pytest.approx(14 / 64)
+    assert "printed 56.34, cells give 56.39" in report
+    assert (out / "methods.png").is_file() and (out / "accuracy_vs_cost.svg").is_file()
+    rows = (out / "table.csv").read_text().splitlines()
+    assert rows[0] == "model,window,method,medqa_usmle,average" and "gemma-270m,4096,ablation_q,," in rows

@@ -19,6 +19,7 @@ COMMANDS = {
     "judge": ("medr2_hooks.cli.judge_cmd", "re-grade a RareArena run's diagnoses with an LLM judge"),
     "index": ("medr2_hooks.cli.index_cmd", "build, inspect and search evidence indexes"),
     "models": ("medr2_hooks.cli.models_cmd", "resolve embedded model names to local folders"),
+    "report": ("medr2_hooks.cli.report_cmd", "render an experiment's results: paper-layout tables, statistics, figures"),
     "sweep": ("medr2_hooks.cli.sweep_cmd", "expand an experiment config into runs and execute them (resumable)"),
     "tasks": ("medr2_hooks.cli.tasks_cmd", "list the lm-eval tasks and groups this package ships"),
 }

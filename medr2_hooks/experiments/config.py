@@ -41,6 +41,7 @@ class Experiment:
     method_override: dict = field(default_factory=dict)  # MethodConfig settings for every retrieval run
     metadata: dict = field(default_factory=dict)  # other task metadata (cases_file, split, ...)
     description: str = ""
+    paper_table: str | None = None  # the paper's table printed beside ours ("2", "8", "9", "10")
 
     def __post_init__(self):
         for kind, values, valid in (("method", self.methods, METHODS), ("benchmark", self.benchmarks, list(data.BENCHMARKS)),

@@ -1,0 +1,18 @@
+"""``medr2 report``: render an experiment's results (tables, statistics, costs, figures) into results/<name>/."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="an experiment name in experiments/ or a YAML path")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..experiments.config import load_experiment
+    from ..experiments.report import render
+
+    out = render(load_experiment(args.config))
+    print(f"report: {out / 'report.md'}")
+    return 0

@@ -1,0 +1,246 @@
+"""``medr2 report``: an experiment's results in the paper's layout, with statistics, costs and figures.
+
+Writes ``results/<experiment>/``: ``report.md`` and ``table.csv`` (one row per model × method [× window], one
+column per benchmark, plain mean as "Average" only when every cell is there; best **bold**, second <u>underlined</u>
+within each model block; a run without results is a missing cell "—", never a number), the paper's own numbers
+for the same table from ``experiments/paper_numbers.csv`` with the rows whose printed average disagrees with its
+cells listed as errata, paired statistics (bootstrap 95% CI of the accuracy difference and McNemar p, every
+method against the reference method on the same items), invalid-answer rates, compute cost per run, and figures
+(grouped bars per benchmark; the % improvement heatmap of Med-R² over direct response across windows; accuracy
+against wall seconds) as PNG and SVG.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from .. import settings
+from ..corpus.store import atomic_write_text
+from .config import Experiment
+from .expand import Run, expand
+from .stats import mcnemar, paired_bootstrap
+
+PAPER_NUMBERS = settings.REPO_ROOT / "experiments" / "paper_numbers.csv"
+MISSING = "—"
+
+
+def primary_metric(results: dict) -> tuple[str, float] | None:
+    for key in ("acc,none", "top1,none"):
+        if key in results:
+            return key.split(",")[0], 100 * float(results[key])
+    return None
+
+
+def load_runs(runs: list[Run]) -> dict[str, dict]:
+    """Run name → {score, metric, invalid, wall_seconds, items: {doc id: 0/1}, finetune} for runs with results."""
+    out = {}
+    for run in runs:
+        folder = settings.results_dir() / "runs" / run.name
+        record_path = folder / "run.json"
+        if not record_path.is_file():
+            continue
+        record = json.loads(record_path.read_text())
+        metric = primary_metric(record.get("results", {}).get(run.task, {}))
+        if metric is None:
+            continue
+        items = {}
+        for path in folder.rglob(f"samples_{run.task}_*.jsonl"):
+            for line in path.read_text(encoding="utf-8").splitlines():
+                row = json.loads(line)
+                items[row["doc"]["id"]] = float(row.get(metric[0], 0.0))
+        invalid = record["results"][run.task].get("invalid,none")
+        out[run.name] = {"metric": metric[0], "score": metric[1], "items": items, "wall_seconds": record.get("wall_seconds"),
+                         "invalid": None if invalid is None else 100 * float(invalid), "finetune": record.get("finetune")}
+    return out
+
+
+def _mark(values: list[float | None]) -> list[str]:
+    present = sorted({v for v in values if v is not None}, reverse=True)
+    out = []
+    for v in values:
+        if v is None:
+            out.append(MISSING)
+        elif v == present[0] and len(present) > 1:
+            out.append(f"**{v:.2f}**")
+        elif len(present) > 2 and v == present[1]:
+            out.append(f"<u>{v:.2f}</u>")
+        else:
+            out.append(f"{v:.2f}")
+    return out
+
+
+def result_rows(exp: Experiment, runs: list[Run], done: dict) -> list[dict]:
+    cells: dict[tuple, dict] = defaultdict(dict)
+    for run in runs:
+        got = done.get(run.name)
+        cells[(run.model, run.window, run.method)][run.benchmark] = got["score"] if got else None
+    rows = []
+    for (model, window, method), by_bench in cells.items():
+        values = [by_bench.get(b) for b in exp.benchmarks]
+        average = sum(values) / len(values) if all(v is not None for v in values) else None
+        rows.append({"model": model, "window": window, "method": method, **dict(zip(exp.benchmarks, values)),
+                     "average": average})
+    return rows
+
+
+def markdown_table(exp: Experiment, rows: list[dict]) -> str:
+    columns = [*exp.benchmarks, "average"]
+    head = "| model | window | method | " + " | ".join(columns) + " |\n|" + "---|" * (len(columns) + 3) + "\n"
+    body = ""
+    for key in dict.fromkeys((r["model"], r["window"]) for r in rows):
+        block = [r for r in rows if (r["model"], r["window"]) == key]
+        marked = {c: _mark([r[c] for r in block]) for c in columns}
+        for i, r in enumerate(block):
+            body += f"| {r['model']} | {r['window']} | {r['method']} | " + " | ".join(marked[c][i] for c in columns) + " |\n"
+    return head + body
+
+
+def paper_table(table: str) -> tuple[list[dict], list[dict]]:
+    """The paper's cells of one table and its errata (printed averages that disagree with their cells)."""
+    with open(PAPER_NUMBERS, encoding="utf-8") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["table"] == table]
+    groups: dict[tuple, dict] = defaultdict(dict)
+    for r in rows:
+        groups[(r["window"], r["model"], r["method"])][r["benchmark"]] = (float(r["value"]), int(r["line"]))
+    errata = []
+    for (window, model, method), cells in groups.items():
+        values = [v for b, (v, _) in cells.items() if b != "average"]
+        mean = sum(values) / len(values)
+        printed, line = cells["average"]
+        if abs(round(mean, 2) - printed) > 0.011:
+            errata.append({"table": table, "window": int(window), "model": model, "method": method,
+                           "printed_average": printed, "mean_of_cells": round(mean, 2), "paper_line": line})
+    return rows, errata
+
+
+def paired_statistics(runs: list[Run], done: dict, reference: str) -> list[dict]:
+    by_cell = {(r.model, r.window, r.benchmark, r.method): done.get(r.name) for r in runs}
+    out = []
+    for (model, window, bench, method), got in by_cell.items():
+        ref = by_cell.get((model, window, bench, reference))
+        if method == reference or not got or not ref:
+            continue
+        shared = sorted(set(got["items"]) & set(ref["items"]))
+        if not shared:
+            continue
+        a, b = [ref["items"][i] for i in shared], [got["items"][i] for i in shared]
+        ci, mc = paired_bootstrap(a, b), mcnemar(a, b)
+        out.append({"model": model, "window": window, "benchmark": bench, "method": method, "reference": reference,
+                    "n": len(shared), "diff": 100 * ci["diff"], "low": 100 * ci["low"], "high": 100 * ci["high"],
+                    "mcnemar_p": mc["p"], "b01": mc["b01"], "b10": mc["b10"]})
+    return out
+
+
+def figures(exp: Experiment, rows: list[dict], runs: list[Run], done: dict, out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    written = []
+
+    def save(fig, stem):
+        for ext in ("png", "svg"):
+            fig.savefig(out / f"{stem}.{ext}", bbox_inches="tight", dpi=120)
+            written.append(f"{stem}.{ext}")
+        plt.close(fig)
+
+    first = [r for r in rows if (r["model"], r["window"]) == (rows[0]["model"], rows[0]["window"])]
+    fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(exp.benchmarks) * max(1, len(first)) / 4, 3.2))
+    width = 0.8 / max(1, len(first))
+    for i, r in enumerate(first):
+        ax.bar(np.arange(len(exp.benchmarks)) + i * width, [r[b] or 0 for b in exp.benchmarks], width, label=r["method"])
+    ax.set_xticks(np.arange(len(exp.benchmarks)) + 0.4 - width / 2, exp.benchmarks)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(f"{exp.name}: {rows[0]['model']}, window {rows[0]['window']} (missing cells drawn at 0)")
+    ax.legend(fontsize=7, ncol=2)
+    save(fig, "methods")
+
+    windows = sorted({r["window"] for r in rows})
+    index = {(r["model"], r["window"], r["method"]): r for r in rows}
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    if len(windows) > 1 and {"direct", "medr2"} <= {r["method"] for r in rows}:
+        grid = np.full((len(models) * len(windows), len(exp.benchmarks)), np.nan)
+        for mi, model in enumerate(models):
+            for wi, w in enumerate(windows):
+                d, m = index.get((model, w, "direct")), index.get((model, w, "medr2"))
+                for bi, b in enumerate(exp.benchmarks):
+                    if d and m and d[b] and m[b] is not None:
+                        grid[mi * len(windows) + wi, bi] = 100 * (m[b] - d[b]) / d[b]
+        fig, ax = plt.subplots(figsize=(1.5 + 1.1 * len(exp.benchmarks), 0.9 + 0.35 * len(grid)))
+        im = ax.imshow(grid, cmap="RdYlGn", aspect="auto")
+        ax.set_xticks(range(len(exp.benchmarks)), exp.benchmarks, rotation=30)
+        ax.set_yticks(range(len(grid)), [f"{m} {w // 1024}K" for m in models for w in windows])
+        fig.colorbar(im, label="% improvement of Med-R² over direct")
+        save(fig, "improvement_heatmap")
+
+    points = [(done[r.name]["wall_seconds"], done[r.name]["score"], r.method) for r in runs if r.name in done]
+    if points:
+        fig, ax = plt.subplots(figsize=(4.5, 3.2))
+        for method in dict.fromkeys(p[2] for p in points):
+            xs, ys = zip(*[(x, y) for x, y, m in points if m == method])
+            ax.scatter(xs, ys, label=method, s=18)
+        ax.set_xscale("log")
+        ax.set_xlabel("wall seconds per run (pre-pass + answering)")
+        ax.set_ylabel("accuracy (%)")
+        ax.legend(fontsize=7)
+        save(fig, "accuracy_vs_cost")
+    return written
+
+
+def render(exp: Experiment) -> Path:
+    paper = exp.paper_table
+    runs = expand(exp)
+    done = load_runs(runs)
+    rows = result_rows(exp, runs, done)
+    out = settings.results_dir() / exp.name
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "table.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["model", "window", "method", *exp.benchmarks, "average"])
+        writer.writeheader()
+        writer.writerows({k: ("" if v is None else round(v, 2) if isinstance(v, float) else v) for k, v in r.items()}
+                         for r in rows)
+    reference = "direct" if "direct" in exp.methods else "vanilla_rag"
+    stats = paired_statistics(runs, done, reference)
+    missing = [r.name for r in runs if r.name not in done]
+    md = [f"# {exp.name}\n", exp.description or "", f"\nRuns with results: {len(done)} of {len(runs)}; missing cells are "
+          f"marked {MISSING}. Accuracy in % (RareArena: top-1 recall).\n\n", markdown_table(exp, rows)]
+    md.append(f"\n## Paired statistics (against {reference}, same items)\n\n| model | window | benchmark | method | n | "
+              "Δ acc (pts) | 95% CI | McNemar p |\n|---|---|---|---|---|---|---|---|\n")
+    md += [f"| {s['model']} | {s['window']} | {s['benchmark']} | {s['method']} | {s['n']} | {s['diff']:+.2f} | "
+           f"[{s['low']:+.2f}, {s['high']:+.2f}] | {s['mcnemar_p']:.3g} |\n" for s in stats]
+    md.append("\n## Invalid answers and cost\n\n| run | invalid (%) | wall s | training |\n|---|---|---|---|\n")
+    for run in runs:
+        got = done.get(run.name)
+        if got:
+            train = got["finetune"]
+            train_text = f"{train['train_seconds']} s, {train['tokens']} tokens, {train['steps']} steps" if train else ""
+            invalid = "n/a (log-likelihood)" if got["invalid"] is None else f"{got['invalid']:.1f}"
+            md.append(f"| {run.name} | {invalid} | {got['wall_seconds']} | {train_text} |\n")
+    if paper:
+        cells, errata = paper_table(paper)
+        md.append(f"\n## The paper's Table {paper} (experiments/paper_numbers.csv)\n\nIts Average is over all of the "
+                  "table's benchmarks, as printed.\n\n")
+        wanted = set(exp.benchmarks) | {"average"}
+        grouped: dict[tuple, dict] = defaultdict(dict)
+        for c in cells:
+            if c["benchmark"] in wanted:
+                grouped[(c["window"], c["model"], c["method"])][c["benchmark"]] = c["value"]
+        cols = [*exp.benchmarks, "average"]
+        md.append("| window | model | method | " + " | ".join(cols) + " |\n|" + "---|" * (len(cols) + 3) + "\n")
+        md += [f"| {w} | {m} | {meth} | " + " | ".join(v.get(c, MISSING) for c in cols) + " |\n"
+               for (w, m, meth), v in grouped.items()]
+        md.append("\nErrata (printed average ≠ mean of the printed cells; shown as printed above, not corrected):\n\n")
+        md += [f"- Table {e['table']}, {e['model']}, {e['method']}, window {e['window']}: printed {e['printed_average']}, "
+               f"cells give {e['mean_of_cells']} (paper text line {e['paper_line']})\n" for e in errata] or ["- none\n"]
+    if missing:
+        md.append("\nMissing runs: " + ", ".join(missing) + "\n")
+    written = figures(exp, rows, runs, done, out) if done else []
+    md.append("\nFigures: " + ", ".join(f"[{f}]({f})" for f in written if f.endswith(".png")) + "\n")
+    atomic_write_text(out / "report.md", "".join(md))
+    atomic_write_text(out / "stats.json", json.dumps(stats, indent=1))
+    return out
