@@ -143,3 +143,12 @@ def test_report_marks_missing_cells_and_computes_paired_statistics(tmp_path, mon
     assert (out / "methods.png").is_file() and (out / "accuracy_vs_cost.svg").is_file()
     rows = (out / "table.csv").read_text().splitlines()
     assert rows[0] == "model,window,method,medqa_usmle,average" and "gemma-270m,4096,ablation_q,," in rows
+
+
+def test_cache_reuse_is_all_windows_over_the_most_expensive_one():
+    from medr2_hooks.experiments.report import cache_reuse
+
+    runs = [r for r in expand(load_experiment("table9_embedded")) if r.method == "medr2"]
+    done = {r.name: {"prepass_seconds": s} for r, s in zip(runs, [300.0, 12.0, 18.0])}
+    (reuse,) = cache_reuse(runs, done)
+    assert reuse["windows"] == 3 and reuse["ratio"] == pytest.approx(330 / 300)

@@ -52,7 +52,11 @@ def load_runs(runs: list[Run]) -> dict[str, dict]:
                 row = json.loads(line)
                 items[row["doc"]["id"]] = float(row.get(metric[0], 0.0))
         invalid = record["results"][run.task].get("invalid,none")
+        prepass = list((record.get("prepass") or {}).values())
         out[run.name] = {"metric": metric[0], "score": metric[1], "items": items, "wall_seconds": record.get("wall_seconds"),
+                         "prepass_seconds": sum(p["wall_seconds"] for p in prepass) if prepass else None,
+                         "model_calls": sum(u["calls"] for p in prepass for u in p["usage"].values()) if prepass else None,
+                         "prompt_tokens": sum(u["prompt_tokens"] for p in prepass for u in p["usage"].values()) if prepass else None,
                          "invalid": None if invalid is None else 100 * float(invalid), "finetune": record.get("finetune")}
     return out
 
@@ -134,6 +138,16 @@ def paired_statistics(runs: list[Run], done: dict, reference: str) -> list[dict]
     return out
 
 
+def cache_reuse(runs: list[Run], done: dict) -> list[dict]:
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    for run in runs:
+        seconds = (done.get(run.name) or {}).get("prepass_seconds")
+        if seconds is not None:
+            groups[(run.model, run.method, run.benchmark)].append(seconds)
+    return [{"model": m, "method": meth, "benchmark": b, "windows": len(s), "total": sum(s), "max": max(s),
+             "ratio": sum(s) / max(s)} for (m, meth, b), s in groups.items() if len(s) > 1 and max(s) > 0]
+
+
 def figures(exp: Experiment, rows: list[dict], runs: list[Run], done: dict, out: Path) -> list[str]:
     import matplotlib
 
@@ -213,14 +227,22 @@ def render(exp: Experiment) -> Path:
               "Δ acc (pts) | 95% CI | McNemar p |\n|---|---|---|---|---|---|---|---|\n")
     md += [f"| {s['model']} | {s['window']} | {s['benchmark']} | {s['method']} | {s['n']} | {s['diff']:+.2f} | "
            f"[{s['low']:+.2f}, {s['high']:+.2f}] | {s['mcnemar_p']:.3g} |\n" for s in stats]
-    md.append("\n## Invalid answers and cost\n\n| run | invalid (%) | wall s | training |\n|---|---|---|---|\n")
+    md.append("\n## Invalid answers and cost\n\n| run | invalid (%) | wall s | pre-pass s | model calls | prompt tokens | "
+              "training |\n|---|---|---|---|---|---|---|\n")
     for run in runs:
         got = done.get(run.name)
         if got:
             train = got["finetune"]
             train_text = f"{train['train_seconds']} s, {train['tokens']} tokens, {train['steps']} steps" if train else ""
             invalid = "n/a (log-likelihood)" if got["invalid"] is None else f"{got['invalid']:.1f}"
-            md.append(f"| {run.name} | {invalid} | {got['wall_seconds']} | {train_text} |\n")
+            md.append(f"| {run.name} | {invalid} | {got['wall_seconds']} | {got['prepass_seconds'] or ''} | "
+                      f"{got['model_calls'] if got['model_calls'] is not None else ''} | {got['prompt_tokens'] or ''} | {train_text} |\n")
+    reuse = cache_reuse(runs, done)
+    if reuse:
+        md.append("\n## Stage-cache reuse across windows\n\nPre-pass seconds of all windows of a model and method over "
+                  "those of its most expensive window (1.0 = the other windows cost nothing beyond packing):\n\n")
+        md += [f"- {r['model']} {r['method']} {r['benchmark']}: {r['windows']} windows, {r['total']:.1f} s / {r['max']:.1f} s "
+               f"= {r['ratio']:.3f}x\n" for r in reuse]
     if paper:
         cells, errata = paper_table(paper)
         md.append(f"\n## The paper's Table {paper} (experiments/paper_numbers.csv)\n\nIts Average is over all of the "

@@ -162,6 +162,10 @@ def run_eval(cfg: EvalConfig) -> dict:
     )
     wall = time.time() - started
     samples = results.pop("samples", None)
+    # the pre-pass records the retrieval tasks of this run wrote (stage seconds, model calls, tokens, cache hits)
+    prepass_dir = settings.results_dir() / "prepass"
+    prepass = {p.stem: json.loads(p.read_text()) for p in sorted(prepass_dir.glob("*.json"))
+               if p.stat().st_mtime >= started} if prepass_dir.is_dir() else {}
 
     tracker = EvaluationTracker(output_path=str(out_dir))
     tracker.general_config_tracker.model_name = cfg.model
@@ -181,6 +185,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         "git_commit": _git_commit(),
         "versions": _versions(),
         "hardware": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "prepass": prepass,
         "finetune": {k: v for k, v in training.items() if k not in ("trained_items", "losses")} if training else None,
         "results": results["results"],
         "groups": results.get("groups", {}),
