@@ -68,7 +68,7 @@ def benchmark(name: str) -> Benchmark:
     return BENCHMARKS[name]
 
 
-def _call(ref: str, *args) -> list[Record]:
+def call_loader(ref: str, *args) -> list[Record]:
     module, func = ref.split(":")
     return getattr(import_module(f"{__name__}.{module}"), func)(*args)
 
@@ -90,13 +90,13 @@ def _load(name: str, source: str, root: Path | None, cases_file: str | None = No
         if spec.from_file is None:
             raise DataError(f"{name} reads no cases_file; benchmarks that do: "
                             f"{', '.join(b.name for b in BENCHMARKS.values() if b.from_file)}")
-        records = _call(spec.from_file, Path(cases_file))
+        records = call_loader(spec.from_file, Path(cases_file))
     elif source == "local":
-        records = _call(spec.local, root)
+        records = call_loader(spec.local, root)
     elif source == "hub":
         if spec.hub is None:
             raise DataError(f"{name} has no hub copy; point MEDR2_DATA_DIR at the MedQA release files")
-        records = _call(spec.hub)
+        records = call_loader(spec.hub)
     else:
         raise UnknownNameError("source", source, list(SOURCES))
     seen: set[str] = set()

@@ -29,12 +29,10 @@ def load_items(spec: ItemSlice) -> list[Record]:
     if spec.source == "pool":
         records = data.pools(spec.benchmark).eval
     elif spec.source == "hub":
-        module, func = data.benchmark(spec.benchmark).hub.split(":") if data.benchmark(spec.benchmark).hub else ("", "")
-        if not func:
-            raise DataError(f"{spec.benchmark} has no hub copy")
-        from importlib import import_module
-
-        records = getattr(import_module(f"medr2_hooks.data.{module}"), func)(spec.split or "train")
+        hub = data.benchmark(spec.benchmark).hub
+        if hub is None:
+            raise DataError(f"{spec.benchmark} has no hub copy; use source medqa_release or pool")
+        records = data.call_loader(hub, spec.split or "train")
     else:
         from ..data import medqa
 
