@@ -16,11 +16,14 @@ export TOKENIZERS_PARALLELISM ?= false
 
 install: $(VENV)/.installed
 
+# extras: dev (pytest) and sparse (pyserini + Java 21 for the Lucene backends, whose tests run in CI)
+EXTRAS ?= dev,sparse
+
 $(VENV)/.installed: setup.cfg pyproject.toml constraints-cpu.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev]" -c constraints-cpu.txt
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" -c constraints-cpu.txt
 	touch $@
 
 # Main job on the embedded defaults: benchmark counts, the demo evidence index over a declared textbook

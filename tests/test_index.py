@@ -122,6 +122,80 @@ def test_bm25_top_k_is_identical_to_raw_bm25s(searcher):
     assert np.allclose(scores, raw_scores)
 
 
+def test_bm25_numba_backend_is_bit_identical_to_bm25s_numpy_backend(searcher, small_index):
+    from medr2_hooks import data
+    from medr2_hooks.retrieve.sparse import BM25Index
+
+    queries = QUERIES + [r.question for r in data.pools("medqa_usmle").eval[:50]]
+    numba = BM25Index(small_index / "bm25", backend="numba").search(queries, 10)
+    numpy_ = BM25Index(small_index / "bm25", backend="numpy").search(queries, 10)
+    assert np.array_equal(numba[1], numpy_[1]) and np.array_equal(numba[0], numpy_[0])
+    with pytest.raises(ValueError, match="valid: numba, numpy"):
+        BM25Index(small_index / "bm25", backend="jax")
+
+
+def test_bm25_hits_without_a_matching_term_are_not_returned(searcher):
+    scores, rows = searcher._ranked("bm25", ["leukemia zzzunknownzzz"], searcher.store.passages.shape[0])
+    matched = rows[0] >= 0
+    assert 0 < matched.sum() < rows.shape[1]  # only passages that contain "leukemia"
+    assert (scores[0][matched] > 0).all() and (scores[0][~matched] == 0).all()
+    texts = searcher.store.passage_texts(rows[0][matched].tolist())
+    assert all("leukemia" in t.lower() for t in texts)
+
+
+@pytest.fixture(scope="module")
+def lucene_index(tmp_path_factory, corpus_files):
+    pytest.importorskip("pyserini", reason="the pyserini backend is the optional sparse extra")
+    from medr2_hooks.retrieve.build import build
+
+    folder = tmp_path_factory.mktemp("lucene_index")
+    manifest = build(small_recipe(corpus_files[0], dense=None, bm25={"backend": "pyserini"}), folder=folder,
+                     log=lambda *_: None)
+    return folder, manifest
+
+
+def test_pyserini_lucene_bm25_agrees_with_bm25s(lucene_index, searcher):
+    """Same terms (pre-tokenised by the shared tokenizer), Lucene's BM25: the rankings agree, and scores differ
+    only by Lucene's one-byte document-length norms."""
+    from medr2_hooks import data
+    from medr2_hooks.retrieve.searcher import Searcher
+
+    folder, manifest = lucene_index
+    assert manifest["bm25"]["backend"] == "pyserini" and len(manifest["bm25"]["lucene"]["input_sha256"]) == 64
+    assert not any(name.startswith("bm25/lucene") for name in manifest["files"])  # identified by input hash
+    queries = QUERIES + [r.question for r in data.pools("medqa_usmle").eval[:50]]
+    lucene = Searcher.open(folder)._ranked("bm25", queries, 10)
+    bm25s_ = searcher._ranked("bm25", queries, 10)
+    top1 = np.mean(lucene[1][:, 0] == bm25s_[1][:, 0])
+    overlap = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(lucene[1], bm25s_[1])])
+    assert top1 >= 0.9 and overlap >= 0.9, (top1, overlap)
+    for i in range(len(queries)):
+        ours = dict(zip(bm25s_[1][i].tolist(), bm25s_[0][i].tolist()))
+        for row, score in zip(lucene[1][i].tolist(), lucene[0][i].tolist()):
+            if row in ours:
+                assert score == pytest.approx(ours[row], rel=0.06)
+    (hits,) = Searcher.open(folder).search([QUERIES[0]], k=5)
+    assert hits and all(set(h.scores) == {"bm25"} for h in hits)
+
+
+def test_pyserini_rebuild_gives_the_same_manifest(lucene_index, corpus_files, tmp_path):
+    from medr2_hooks.retrieve.build import build
+
+    _, manifest = lucene_index
+    again = build(small_recipe(corpus_files[0], dense=None, bm25={"backend": "pyserini"}), folder=tmp_path / "again",
+                  log=lambda *_: None)
+    assert again == manifest
+
+
+def test_recipe_rejects_unknown_sparse_backends(corpus_files):
+    from medr2_hooks.config import ConfigError
+
+    with pytest.raises((ConfigError, ValueError), match="valid: bm25s, pyserini"):
+        small_recipe(corpus_files[0], bm25={"backend": "lucene"})
+    with pytest.raises((ConfigError, ValueError), match="method must be lucene"):
+        small_recipe(corpus_files[0], bm25={"backend": "pyserini", "method": "robertson"})
+
+
 def test_dense_top_k_is_identical_to_brute_force_inner_product(searcher, small_index):
     shards = sorted((small_index / "dense").glob("emb-*.npy"))
     embeddings = np.concatenate([np.load(p) for p in shards])

@@ -90,6 +90,33 @@ def test_splade_retriever_in_a_built_index(tmp_path, tiny_mlm):
     assert all({"splade", "bm25"} >= set(h.scores) for h in hits)
 
 
+def test_splade_pyserini_impact_index_scores_the_quantised_dot_product(tmp_path, tiny_mlm):
+    pytest.importorskip("pyserini", reason="the pyserini backend is the optional sparse extra")
+    from medr2_hooks.config import from_dict
+    from medr2_hooks.corpus.recipe import Recipe
+    from medr2_hooks.retrieve.build import build
+    from medr2_hooks.retrieve.searcher import Searcher
+    from medr2_hooks.retrieve.sparse import SpladeEncoder
+
+    texts = TEXTS + ["Metformin is first-line therapy for type 2 diabetes.", "Warfarin inhibits vitamin K epoxide reductase."]
+    (tmp_path / "docs.jsonl").write_text("".join(
+        f'{{"doc_id": "d{i}", "text": "{t}", "source_type": "book"}}\n' for i, t in enumerate(texts)))
+    recipe = from_dict(Recipe, {"name": "tiny", "folder": str(tmp_path),
+                                "sources": [{"reader": "generic_jsonl", "base": "recipe", "paths": "docs.jsonl"}],
+                                "segmentation": {"tokenizer": "whitespace"}, "dense": None, "bm25": None,
+                                "splade": {"model": tiny_mlm, "max_length": 64, "query_max_length": 32,
+                                           "index": "pyserini", "quantization": 100}}, "tiny")
+    manifest = build(recipe, folder=tmp_path / "idx", log=lambda *_: None)
+    assert manifest["splade"]["lucene"]["quantization"] == 100
+    encoder = SpladeEncoder(tiny_mlm, max_length=64, query_max_length=32, device="cpu")
+    queries = ["BCR-ABL kinase inhibitor", "scurvy", "diabetes metformin"]
+    quantise = lambda m: np.rint(m.toarray() * 100)  # noqa: E731
+    expected = quantise(encoder.encode(queries, query=True)) @ quantise(encoder.encode(texts)).T
+    scores, rows = Searcher.open(tmp_path / "idx")._ranked("splade", queries, 5)
+    assert np.allclose(scores, np.take_along_axis(expected, rows, axis=1))  # Lucene's impact score = integer dot
+    assert np.allclose(scores, -np.sort(-expected, axis=1))  # ... and the ranking is by it
+
+
 def test_cross_encoder_reranker_plumbing(tmp_path, minilm_tokenizer):
     from transformers import BertConfig, BertForSequenceClassification
 

@@ -50,6 +50,13 @@ class BM25:
     b: float = 0.75
     method: str = "lucene"
     stopwords: str = "en"
+    backend: str = "bm25s"  # bm25s (default) | pyserini (Lucene via Anserini; the sparse extra + Java 21)
+
+    def __post_init__(self):
+        if self.backend not in ("bm25s", "pyserini"):
+            raise ValueError(f"unknown bm25 backend {self.backend!r}; valid: bm25s, pyserini")
+        if self.backend == "pyserini" and self.method != "lucene":
+            raise ValueError("the pyserini bm25 backend scores with Lucene's BM25: method must be lucene")
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,12 @@ class Splade:
     max_length: int = 512
     query_max_length: int = 256
     batch_size: int = 16
+    index: str = "csr"  # csr (scipy matrix product) | pyserini (Lucene impact index; the sparse extra + Java 21)
+    quantization: float = 100.0  # pyserini impact index: integer impact = round(weight * quantization)
+
+    def __post_init__(self):
+        if self.index not in ("csr", "pyserini"):
+            raise ValueError(f"unknown splade index {self.index!r}; valid: csr, pyserini")
 
 
 @dataclass(frozen=True)

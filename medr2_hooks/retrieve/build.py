@@ -3,8 +3,8 @@
     <cache>/indexes/<name>/
         corpus/          documents, passages (corpus.json marks the stage done)
         dense/           emb-*.npy shards (shards.json: their identity), index.faiss
-        bm25/            bm25s index
-        splade/          docs.npz (CSR)
+        bm25/            bm25s index (or bm25/lucene/: Lucene index, backend pyserini)
+        splade/          docs.npz (CSR) (+ splade/lucene/: impact index, index pyserini)
         manifest.json    recipe, hashes, encoder fingerprint, factory, counts, file hashes (written last)
         build_report.json  stage timings, peak RSS, bytes, skipped input (not part of the index identity)
 
@@ -27,6 +27,11 @@ from ..corpus.document import Document, SkipReport
 from ..corpus.recipe import Recipe
 from ..corpus.sources import READERS
 from ..corpus.store import CorpusStore, atomic_write_text, file_sha256, write_corpus
+
+
+# Lucene indexes (pyserini backends) live in a "lucene" folder under their retriever; their segment files carry
+# random ids, so the manifest identifies them by the hash of their input instead of their bytes.
+LUCENE = "lucene"
 
 
 def index_dir(name: str) -> Path:
@@ -105,8 +110,17 @@ def build_sparse_bm25(recipe: Recipe, store: CorpusStore, folder: Path, log=prin
     from .sparse import build_bm25
 
     cfg = recipe.bm25
-    build_bm25(store.passage_texts(range(len(store.passages))), folder, cfg.k1, cfg.b, cfg.method, cfg.stopwords)
-    log(f"bm25: {len(store.passages)} passages (bm25s, k1={cfg.k1}, b={cfg.b})")
+    texts = store.passage_texts(range(len(store.passages)))
+    if cfg.backend == "pyserini":
+        from .lucene import build_lucene_bm25
+        from .sparse import bm25_tokenize
+
+        folder.mkdir(parents=True, exist_ok=True)
+        lucene = build_lucene_bm25(bm25_tokenize(texts, cfg.stopwords), folder / LUCENE)
+        log(f"bm25: {len(texts)} passages (Lucene {lucene['anserini']}, k1={cfg.k1}, b={cfg.b})")
+        return {**asdict(cfg), "lucene": lucene}
+    build_bm25(texts, folder, cfg.k1, cfg.b, cfg.method, cfg.stopwords)
+    log(f"bm25: {len(texts)} passages (bm25s, k1={cfg.k1}, b={cfg.b})")
     return asdict(cfg)
 
 
@@ -121,7 +135,14 @@ def build_sparse_splade(recipe: Recipe, store: CorpusStore, folder: Path, log=pr
     log(f"splade: {matrix.shape[0]} passages, {matrix.nnz / max(matrix.shape[0], 1):.0f} non-zeros per passage")
     from .encoders import weights_revision
 
-    return {**asdict(cfg), "revision": weights_revision(encoder.tokenizer.name_or_path)}
+    out = {**asdict(cfg), "revision": weights_revision(encoder.tokenizer.name_or_path)}
+    if cfg.index == "pyserini":
+        from .lucene import build_lucene_impact
+
+        vocabulary = encoder.tokenizer.convert_ids_to_tokens(list(range(encoder.vocab_size)))
+        out["lucene"] = build_lucene_impact(matrix, vocabulary, folder / LUCENE, cfg.quantization)
+        log(f"splade: Lucene impact index (Anserini {out['lucene']['anserini']}, x{cfg.quantization:g} quantised)")
+    return out
 
 
 def build(recipe: Recipe, folder: Path | None = None, log=print) -> dict:
@@ -150,7 +171,7 @@ def build(recipe: Recipe, folder: Path | None = None, log=print) -> dict:
         manifest["splade"] = timed("splade", build_sparse_splade, recipe, store, folder / "splade")
     store.close()
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in ("manifest.json", "build_report.json")
-                   and ".tmp" not in p.name)
+                   and ".tmp" not in p.name and LUCENE not in p.relative_to(folder).parts)
     manifest["files"] = {str(p.relative_to(folder)): file_sha256(p) for p in files}
     atomic_write_text(folder / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
     report = {"timings_s": timings, "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import Medr2Error
-from .build import index_dir, load_manifest
+from .build import LUCENE, index_dir, load_manifest
 from .hybrid import RRF_K, best_per_document, fuse
 
 UNITS = ("passage", "document")
@@ -101,16 +101,27 @@ class Searcher:
             return self._dense.search(self.query_encoder().encode_queries(queries), depth)
         if name == "bm25":
             if self._bm25 is None:
-                from .sparse import BM25Index
+                cfg = self.manifest["bm25"]
+                if cfg.get("backend") == "pyserini":
+                    from .lucene import LuceneBM25Index
 
-                self._bm25 = BM25Index(self.folder / "bm25", self.manifest["bm25"]["stopwords"])
+                    self._bm25 = LuceneBM25Index(self.folder / "bm25" / LUCENE, cfg["k1"], cfg["b"], cfg["stopwords"])
+                else:
+                    from .sparse import BM25Index
+
+                    self._bm25 = BM25Index(self.folder / "bm25", cfg["stopwords"])
             return self._bm25.search(queries, depth)
         if self._splade is None:
             from .sparse import SpladeEncoder, SpladeIndex
 
             cfg = self.manifest["splade"]
             encoder = SpladeEncoder(cfg["model"], cfg["max_length"], cfg["query_max_length"], cfg["batch_size"])
-            self._splade = SpladeIndex(self.folder / "splade" / "docs.npz", encoder)
+            if cfg.get("index") == "pyserini":
+                from .lucene import LuceneImpactIndex
+
+                self._splade = LuceneImpactIndex(self.folder / "splade" / LUCENE, encoder, cfg["quantization"])
+            else:
+                self._splade = SpladeIndex(self.folder / "splade" / "docs.npz", encoder)
         return self._splade.search(queries, depth)
 
     def embeddings(self, passages: list[int]) -> np.ndarray:
