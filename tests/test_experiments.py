@@ -143,6 +143,9 @@ def test_report_marks_missing_cells_and_computes_paired_statistics(tmp_path, mon
     assert (out / "methods.png").is_file() and (out / "accuracy_vs_cost.svg").is_file()
     rows = (out / "table.csv").read_text().splitlines()
     assert rows[0] == "model,window,method,medqa_usmle,average" and "gemma-270m,4096,ablation_q,," in rows
+    first = {p.name: p.read_bytes() for p in out.iterdir()}
+    render(exp)  # the same results give the same files, figures included (no dates, fixed SVG ids)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == first
 
 
 def test_cache_reuse_is_all_windows_over_the_most_expensive_one():

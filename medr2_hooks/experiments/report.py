@@ -157,9 +157,13 @@ def figures(exp: Experiment, rows: list[dict], runs: list[Run], done: dict, out:
 
     written = []
 
+    # Regenerating a report from the same results gives the same files: no creation date, fixed SVG element ids.
+    plt.rcParams["svg.hashsalt"] = "medr2-report"
+    no_date = {"png": {"Software": None}, "svg": {"Date": None}}
+
     def save(fig, stem):
         for ext in ("png", "svg"):
-            fig.savefig(out / f"{stem}.{ext}", bbox_inches="tight", dpi=120)
+            fig.savefig(out / f"{stem}.{ext}", bbox_inches="tight", dpi=120, metadata=no_date[ext])
             written.append(f"{stem}.{ext}")
         plt.close(fig)
 
