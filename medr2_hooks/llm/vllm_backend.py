@@ -49,12 +49,15 @@ class VLLMBackend:
         for p, c in zip(prompts, continuations):
             ctx = self.tokenizer.encode(p)
             cont = self.tokenizer.encode(c, add_special_tokens=False)
-            rows.append((ctx[-(self.max_length - len(cont) - 1):], cont))
-        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
+            keep = max(1, self.max_length - len(cont) - 1)  # context tokens that fit beside the continuation + 1 new token
+            rows.append((ctx[-keep:], cont))
+        # As lm-eval's vLLM model scores: prompt_logprobs=1 returns, per prompt position, the actual token's
+        # logprob (plus the top-1); the first position is None. Older vLLM returned floats, newer Logprob objects.
+        params = SamplingParams(max_tokens=1, prompt_logprobs=1, temperature=0.0, detokenize=False)
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=c + x) for c, x in rows], params, use_tqdm=False)
         out = []
         for (ctx, cont), o in zip(rows, outputs):
             lps = o.prompt_logprobs[len(ctx):]
-            out.append((sum(lp[tok].logprob for lp, tok in zip(lps, cont)), len(cont)))
+            out.append((sum(getattr(lp[tok], "logprob", lp[tok]) for lp, tok in zip(lps, cont)), len(cont)))
         self.usage.add(role, len(prompts), sum(len(c) + len(x) for c, x in rows))
         return out
