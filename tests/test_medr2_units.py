@@ -12,7 +12,7 @@ from medr2_hooks import loop
 from medr2_hooks.apply.pack import pack
 from medr2_hooks.classify import QUESTION_TYPES
 from medr2_hooks.llm.closed_set import parse_label, softmax
-from medr2_hooks.reformulate import iteration_query
+from medr2_hooks.reformulate import echoes_prompt, iteration_query
 from medr2_hooks.rerank import fine
 
 
@@ -204,3 +204,11 @@ def test_every_task_yaml_has_a_numeric_version():
             chain.append(yaml.load((path.parent / chain[-1]["include"]).read_text(), Loader=Loader))
         version = next((t["metadata"]["version"] for t in chain if "version" in (t.get("metadata") or {})), None)
         assert isinstance(version, (int, float)), f"{path.relative_to(settings.tasks_dir())}: no metadata.version"
+
+
+def test_reformulations_that_repeat_their_prompt_are_detected():
+    q = "A 21-year-old man has fever and knee pain. Which antibiotic blocks cell wall synthesis?"
+    assert echoes_prompt(q, "Rewrite the medical question as a search query for finding evidence. Name the condition")
+    assert echoes_prompt(q, "Question: A 21-year-old man has fever and  knee pain.")
+    assert not echoes_prompt(q, "ceftriaxone disseminated gonococcal infection septic arthritis treatment")
+    assert not echoes_prompt(q, "")

@@ -34,6 +34,16 @@ def usable(text: str) -> bool:
     return len(text.strip()) >= MIN_CHARS and any(ch.isalpha() for ch in text)
 
 
+def echoes_prompt(question: str, query: str) -> bool:
+    """True when a reformulation only repeats its prompt (an instruction or the question itself), as small base
+    models do. Counted in the run record (``reformulation_echoes``); such a query is still used as generated."""
+    norm = lambda text: " ".join(text.lower().split())  # noqa: E731
+    reply = norm(query).removeprefix("question:").strip()
+    prompt = norm("Rewrite the medical question as a search query for finding evidence. "
+                  + " ".join(INSTRUCTIONS.values()) + " Write one query on one line. " + question)
+    return bool(reply) and reply in prompt
+
+
 def reformulate(backend, questions: list[str], categories: list[str], max_new_tokens: int = 64) -> list[dict]:
     """``{"query": text, "fallback": bool}`` per question (fallback: the original question was kept)."""
     prompts = [reformulation_prompt(backend, q, c) for q, c in zip(questions, categories)]
