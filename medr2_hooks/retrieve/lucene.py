@@ -70,13 +70,17 @@ def anserini_version() -> str:
     return Path(jar).name.removeprefix("anserini-").removesuffix("-fatjar.jar")
 
 
-def _index_collection(lines: list[str], collection: str, folder: Path, args: list[str], threads: int) -> str:
-    """Index JSON ``lines`` with Anserini's IndexCollection into ``folder`` (atomically); returns their sha256."""
-    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
+def _index_collection(lines, collection: str, folder: Path, args: list[str], threads: int) -> str:
+    """Index JSON ``lines`` (an iterable, streamed to disk) with Anserini's IndexCollection into ``folder``,
+    atomically; returns the sha256 of the lines."""
+    digest = hashlib.sha256()
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "input").mkdir(parents=True)
-    (tmp / "input" / "docs.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with open(tmp / "input" / "docs.jsonl", "w", encoding="utf-8") as fh:
+        for line in lines:
+            fh.write(line + "\n")
+            digest.update(line.encode() + b"\n")
     index_collection = jvm().autoclass("io.anserini.index.IndexCollection")
     index_collection.main(["-collection", collection, "-input", str(tmp / "input"), "-index", str(tmp / "index"),
                            "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
@@ -87,12 +91,12 @@ def _index_collection(lines: list[str], collection: str, folder: Path, args: lis
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp / "index", folder)
     shutil.rmtree(tmp, ignore_errors=True)
-    return digest
+    return digest.hexdigest()
 
 
 def build_lucene_bm25(token_lists: list[list[str]], folder: Path, threads: int | None = None) -> dict:
     """A Lucene index of pre-tokenised passages; document ids are passage rows."""
-    lines = [json.dumps({"id": str(row), "contents": " ".join(tokens)}) for row, tokens in enumerate(token_lists)]
+    lines = (json.dumps({"id": str(row), "contents": " ".join(tokens)}) for row, tokens in enumerate(token_lists))
     digest = _index_collection(lines, "JsonCollection", folder, ["-pretokenized"], threads or os.cpu_count() or 1)
     return {"input_sha256": digest, "anserini": anserini_version()}
 
@@ -144,8 +148,8 @@ def impact_vectors(matrix, vocabulary: list[str], quantization: float) -> list[d
 
 def build_lucene_impact(matrix, vocabulary: list[str], folder: Path, quantization: float,
                         threads: int | None = None) -> dict:
-    lines = [json.dumps({"id": str(row), "contents": "", "vector": vec}, sort_keys=True)
-             for row, vec in enumerate(impact_vectors(matrix, vocabulary, quantization))]
+    lines = (json.dumps({"id": str(row), "contents": "", "vector": vec}, sort_keys=True)
+             for row, vec in enumerate(impact_vectors(matrix, vocabulary, quantization)))
     digest = _index_collection(lines, "JsonVectorCollection", folder, ["-impact", "-pretokenized"],
                                threads or os.cpu_count() or 1)
     return {"input_sha256": digest, "anserini": anserini_version(), "quantization": quantization}
