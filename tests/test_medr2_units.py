@@ -207,8 +207,11 @@ def test_every_task_yaml_has_a_numeric_version():
 
 
 def test_reformulations_that_repeat_their_prompt_are_detected():
+    from medr2_hooks.reformulate import INSTRUCTIONS, TASK
+
     q = "A 21-year-old man has fever and knee pain. Which antibiotic blocks cell wall synthesis?"
-    assert echoes_prompt(q, "Rewrite the medical question as a search query for finding evidence. Name the condition")
-    assert echoes_prompt(q, "Question: A 21-year-old man has fever and  knee pain.")
-    assert not echoes_prompt(q, "ceftriaxone disseminated gonococcal infection septic arthritis treatment")
-    assert not echoes_prompt(q, "")
+    assert echoes_prompt(q, "therapy", f"{TASK} {INSTRUCTIONS['therapy']}")
+    assert echoes_prompt(q, "therapy", "Question: A 21-year-old man has fever and  knee pain.")
+    assert not echoes_prompt(q, "therapy", f"{TASK} {INSTRUCTIONS['diagnosis']}")  # not this question's prompt
+    assert not echoes_prompt(q, "therapy", "ceftriaxone disseminated gonococcal infection septic arthritis treatment")
+    assert not echoes_prompt(q, "therapy", "")

@@ -106,8 +106,9 @@ class MedR2:
                                                                    [x[1] for x in xs],
                                                                    self.cfg.reformulate_max_new_tokens))
         self.counts["reformulation_fallbacks"] += sum(x["fallback"] for x in out)
-        self.counts["reformulation_echoes"] += sum(not x["fallback"] and reformulate_stage.echoes_prompt(q.question, x["query"])
-                                                   for q, x in zip(questions, out))
+        self.counts["reformulation_echoes"] += sum(
+            not x["fallback"] and reformulate_stage.echoes_prompt(q.question, lab["ebm"], x["query"])
+            for q, lab, x in zip(questions, labels, out))
         return [x["query"] for x in out]
 
     def references(self, questions: list[Question]) -> list[dict]:

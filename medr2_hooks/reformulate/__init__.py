@@ -21,12 +21,13 @@ INSTRUCTIONS = {
     "other": "Restate the question as a short, precise search query with the key medical terms.",
 }
 
+TASK = "Rewrite the medical question as a search query for finding evidence."
+FORMAT = "Write one query on one line."
 MIN_CHARS = 12
 
 
 def reformulation_prompt(backend, question: str, category: str) -> str:
-    user = (f"Rewrite the medical question as a search query for finding evidence. {INSTRUCTIONS[category]}\n"
-            f"Write one query on one line.\n\nQuestion: {question}")
+    user = f"{TASK} {INSTRUCTIONS[category]}\n{FORMAT}\n\nQuestion: {question}"
     return backend.chat(user) + "Search query:"
 
 
@@ -34,13 +35,12 @@ def usable(text: str) -> bool:
     return len(text.strip()) >= MIN_CHARS and any(ch.isalpha() for ch in text)
 
 
-def echoes_prompt(question: str, query: str) -> bool:
+def echoes_prompt(question: str, category: str, query: str) -> bool:
     """True when a reformulation only repeats its prompt (an instruction or the question itself), as small base
     models do. Counted in the run record (``reformulation_echoes``); such a query is still used as generated."""
     norm = lambda text: " ".join(text.lower().split())  # noqa: E731
     reply = norm(query).removeprefix("question:").strip()
-    prompt = norm("Rewrite the medical question as a search query for finding evidence. "
-                  + " ".join(INSTRUCTIONS.values()) + " Write one query on one line. " + question)
+    prompt = norm(f"{TASK} {INSTRUCTIONS[category]} {FORMAT} {question}")
     return bool(reply) and reply in prompt
 
 
