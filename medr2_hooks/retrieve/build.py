@@ -139,8 +139,7 @@ def build_sparse_splade(recipe: Recipe, store: CorpusStore, folder: Path, log=pr
     if cfg.index == "pyserini":
         from .lucene import build_lucene_impact
 
-        vocabulary = encoder.tokenizer.convert_ids_to_tokens(list(range(encoder.vocab_size)))
-        out["lucene"] = build_lucene_impact(matrix, vocabulary, folder / LUCENE, cfg.quantization)
+        out["lucene"] = build_lucene_impact(matrix, encoder.vocabulary(), folder / LUCENE, cfg.quantization)
         log(f"splade: Lucene impact index (Anserini {out['lucene']['anserini']}, x{cfg.quantization:g} quantised)")
     return out
 

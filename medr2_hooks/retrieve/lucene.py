@@ -166,7 +166,7 @@ class LuceneImpactIndex:
         self.searcher = jnius.autoclass("io.anserini.search.SimpleImpactSearcher")(str(folder))
         self.n_docs = int(self.searcher.get_total_num_docs())
         self.encoder, self.quantization = encoder, quantization
-        self.vocabulary = encoder.tokenizer.convert_ids_to_tokens(list(range(encoder.vocab_size)))
+        self.vocabulary = encoder.vocabulary()
         # one Lucene clause per query term: a SPLADE query may use more terms than Lucene's default cap of 1024
         index_searcher = jnius.autoclass("org.apache.lucene.search.IndexSearcher")
         index_searcher.setMaxClauseCount(max(index_searcher.getMaxClauseCount(), encoder.vocab_size))

@@ -96,6 +96,10 @@ class SpladeEncoder:
         self.vocab_size = int(self.model.config.vocab_size)
         self._torch = torch
 
+    def vocabulary(self) -> list[str]:
+        """The term of each vocabulary id (what a Lucene impact index stores and a query names)."""
+        return self.tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
+
     def encode(self, texts: list[str], query: bool = False):
         """CSR matrix ``[len(texts), vocab_size]`` of SPLADE weights."""
         from scipy import sparse
