@@ -16,22 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from ..fs import atomic_save_npy
 from .document import Document
 
 PASSAGE_DTYPE = np.dtype([("doc", "<i4"), ("start", "<i8"), ("end", "<i8")])
-
-
-def atomic_save_npy(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        np.save(fh, array, allow_pickle=False)
-    os.replace(tmp, path)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def file_sha256(path: Path) -> str:

@@ -13,6 +13,7 @@ from itertools import combinations
 
 from .. import data, settings
 from ..config import ConfigError, from_dict, load_yaml
+from ..fs import safe_component
 
 BASE_METHODS = ("direct", "vanilla_rag", "llm_amt", "medr2", "medr2_cot", "finetune")
 ABLATIONS = tuple("ablation_" + "".join(c) for n in (1, 2, 3) for c in combinations("qrc", n))
@@ -44,6 +45,9 @@ class Experiment:
     paper_table: str | None = None  # the paper's table printed beside ours ("2", "8", "9", "10")
 
     def __post_init__(self):
+        safe_component(self.name, "experiment name")
+        for model in self.models:
+            safe_component(model.name, "model name")
         for kind, values, valid in (("method", self.methods, METHODS), ("benchmark", self.benchmarks, list(data.BENCHMARKS)),
                                     ("window", self.windows, WINDOWS)):
             bad = [v for v in values if v not in valid]

@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .. import settings
-from ..corpus.store import atomic_write_text
+from ..fs import atomic_write_text
 from .config import Experiment
 from .expand import Run, expand
 from .stats import mcnemar, paired_bootstrap

@@ -14,12 +14,12 @@ import traceback
 from pathlib import Path
 
 from .. import settings
-from ..corpus.store import atomic_write_text
+from ..fs import atomic_write_text, safe_component
 from .expand import Run
 
 
 def run_dir(run: Run) -> Path:
-    return settings.results_dir() / "runs" / run.name
+    return settings.results_dir() / "runs" / safe_component(run.name, "run name")
 
 
 def execute(run: Run, wandb: bool = True) -> dict:

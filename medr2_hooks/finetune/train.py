@@ -20,7 +20,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from ..config import ConfigError
-from ..corpus.store import atomic_write_text
+from ..fs import atomic_write_text
 from .examples import Row, check_no_overlap, training_rows
 from .recipe import FinetuneRecipe
 

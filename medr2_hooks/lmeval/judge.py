@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from ..corpus.store import atomic_write_text
+from ..fs import atomic_write_text
 from ..errors import DataError
 from .diagnosis import metrics, parse_list
 

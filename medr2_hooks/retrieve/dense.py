@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..corpus.store import atomic_save_npy, atomic_write_text
+from ..fs import atomic_save_npy, atomic_write_text
 from ..errors import Medr2Error
 
 
@@ -33,7 +33,7 @@ def encode_shards(folder: Path, n: int, texts: Callable[[int, int], list[str]], 
         atomic_write_text(ident_path, ident)
     paths = []
     for path, start, end in shard_paths(folder, n, shard_size):
-        if path.exists() and np.load(path, mmap_mode="r").shape[0] == end - start:
+        if _complete_shard(path, end - start):
             if progress:
                 progress.update(end - start)
         else:
@@ -42,6 +42,17 @@ def encode_shards(folder: Path, n: int, texts: Callable[[int, int], list[str]], 
                 progress.update(end - start)
         paths.append(path)
     return paths
+
+
+def _complete_shard(path: Path, rows: int) -> bool:
+    """A shard on disk with all its rows; a truncated or damaged file counts as missing (it is re-encoded)."""
+    if not path.exists():
+        return False
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        return False
+    return array.ndim == 2 and array.shape[0] == rows
 
 
 def build_faiss(shards: list[Path], dim: int, factory: str, out: Path, train_size: int, seed: int = 0) -> int:
