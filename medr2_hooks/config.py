@@ -36,11 +36,71 @@ def from_dict(cls: type[T], raw: Any, where: str) -> T:
             value = from_dict(target, value, f"{where}.{name}")
         elif target is not None and isinstance(value, list):
             value = [from_dict(target, v, f"{where}.{name}[{i}]") for i, v in enumerate(value)]
+        else:
+            value = checked(value, hints[name], f"{where}.{name}")
         kwargs[name] = value
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: {exc}") from None
+
+
+def _type_name(hint) -> str:
+    if isinstance(hint, type):
+        return hint.__name__
+    import re
+
+    return re.sub(r"\b(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)", r"\1", str(hint))
+
+
+def checked(value: Any, hint: Any, where: str) -> Any:
+    """``value`` if it has the declared type ``hint`` (ints are accepted, and converted, where a float is
+    declared; a bool is never an int), else a :class:`ConfigError` naming the field, the type and the value."""
+    ok, out = _conform(value, hint)
+    if not ok:
+        raise ConfigError(f"{where}: expected {_type_name(hint)}, found {type(value).__name__} {value!r}")
+    return out
+
+
+def _conform(value: Any, hint: Any) -> tuple[bool, Any]:
+    if hint is Any or hint is object:
+        return True, value
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if isinstance(hint, types.UnionType) or origin is typing.Union:
+        for arg in args:
+            ok, out = _conform(value, arg)
+            if ok:
+                return True, out
+        return False, value
+    if origin is typing.Literal:
+        return value in args, value
+    if hint is type(None):
+        return value is None, value
+    if hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return ok, float(value) if ok else value
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if dataclasses.is_dataclass(hint):
+        return isinstance(value, hint), value
+    if origin in (list, tuple) or hint in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            return False, value
+        if not args or (origin is tuple and Ellipsis not in args and len(args) != len(value)):
+            return not args, value
+        elem = [args[0]] * len(value) if origin is list or Ellipsis in args else list(args)
+        out = []
+        for v, h in zip(value, elem):
+            ok, v = _conform(v, h)
+            if not ok:
+                return False, value
+            out.append(v)
+        return True, type(value)(out) if origin is tuple else out
+    if origin is dict or hint is dict:
+        return isinstance(value, dict), value
+    if isinstance(hint, type):
+        return isinstance(value, hint), value
+    return True, value
 
 
 def _dataclass_in(hint) -> type | None:
@@ -69,3 +129,31 @@ def load_yaml(path: str | Path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return data
+
+
+def in_range(obj: Any, name: str, low: float | None = None, high: float | None = None,
+             low_open: bool = False) -> None:
+    """Raise ValueError when field ``name`` of ``obj`` lies outside ``[low, high]`` (``(low, high]`` with
+    ``low_open``); ``None`` values (an unset optional) pass. Called from dataclasses' ``__post_init__``."""
+    value = getattr(obj, name)
+    if value is None:
+        return
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and value > high
+    if too_low or too_high:
+        lo = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
+        hi = "" if high is None else f"<= {high:g}"
+        raise ValueError(f"{name} must be {' and '.join(x for x in (lo, hi) if x)}, found {value!r}")
+
+
+def parse_json_object(text: str, flag: str) -> dict:
+    """A command-line JSON object (``--metadata '{...}'``), or a one-line ConfigError saying what is wrong."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{flag}: not valid JSON ({exc.msg} at character {exc.pos}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag}: expected a JSON object such as '{{\"limit\": 5}}', found {type(value).__name__}: {text!r}")
+    return value

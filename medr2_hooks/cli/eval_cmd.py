@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..config import parse_json_object
     from ..lmeval.runner import EvalConfig, run_eval
 
     cfg = EvalConfig(
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         log_samples=args.log_samples,
         output_path=args.output_path,
         seed=args.seed,
-        metadata=json.loads(args.metadata),
+        metadata=parse_json_object(args.metadata, "--metadata"),
         wandb=not args.no_wandb,
         wandb_project=args.wandb_project,
         wandb_group=args.wandb_group,

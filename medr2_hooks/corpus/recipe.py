@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import settings
-from ..config import ConfigError, from_dict, load_yaml
+from ..config import ConfigError, from_dict, in_range, load_yaml
+from ..fs import safe_component
 from .segment import Segmentation
 from .sources import READERS
 
@@ -43,6 +44,12 @@ class Dense:
     shard_size: int = 1024
     train_size: int = 100_000  # vectors used to train IVF/PQ indexes (deterministic sample)
 
+    def __post_init__(self):
+        for name in ("max_length", "batch_size", "shard_size", "train_size"):
+            in_range(self, name, 1)
+        if self.pooling not in ("mean", "cls", "last_token"):
+            raise ValueError(f"pooling must be mean, cls or last_token, found {self.pooling!r}")
+
 
 @dataclass(frozen=True)
 class BM25:
@@ -53,6 +60,8 @@ class BM25:
     backend: str = "bm25s"  # bm25s (default) | pyserini (Lucene via Anserini; the sparse extra + Java 21)
 
     def __post_init__(self):
+        in_range(self, "k1", 0)
+        in_range(self, "b", 0, 1)
         if self.backend not in ("bm25s", "pyserini"):
             raise ValueError(f"unknown bm25 backend {self.backend!r}; valid: bm25s, pyserini")
         if self.backend == "pyserini" and self.method != "lucene":
@@ -69,6 +78,9 @@ class Splade:
     quantization: float = 100.0  # pyserini impact index: integer impact = round(weight * quantization)
 
     def __post_init__(self):
+        for name in ("max_length", "query_max_length", "batch_size"):
+            in_range(self, name, 1)
+        in_range(self, "quantization", 0, low_open=True)
         if self.index not in ("csr", "pyserini"):
             raise ValueError(f"unknown splade index {self.index!r}; valid: csr, pyserini")
 
@@ -86,6 +98,7 @@ class Recipe:
     folder: str = ""  # the recipe file's folder, for base: recipe
 
     def __post_init__(self):
+        safe_component(self.name, "index name")
         if not self.sources:
             raise ValueError("a recipe needs at least one source")
         if self.dense is None and self.bm25 is None and self.splade is None:

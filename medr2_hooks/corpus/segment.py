@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from ..config import in_range
 from .document import Document
 
 # Bump when a change here alters the segments: built corpora record it and rebuild on a mismatch.
@@ -46,6 +47,9 @@ class Segmentation:
     def __post_init__(self):
         if self.chunker not in CHUNKERS:
             raise ValueError(f"chunker must be one of {', '.join(CHUNKERS)}, found {self.chunker!r}")
+        for name in ("max_doc_tokens", "passage_tokens"):
+            in_range(self, name, 1)
+        in_range(self, "min_doc_tokens", 0)
         if not 0 <= self.passage_overlap < self.passage_tokens:
             raise ValueError("passage_overlap must be >= 0 and smaller than passage_tokens")
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ..config import from_dict
+from ..config import from_dict, in_range
+from ..fs import safe_component
 from ..rerank.fine import ConflictConfig
 
 EMBEDDED_LLM = {"backend": "hf", "model": "embedded:gemma-270m", "batch_size": 8}
@@ -66,8 +67,16 @@ class MethodConfig:
             raise ValueError(f"coarse must be llm or cross_encoder, found {self.coarse!r}")
         if self.pipeline not in PIPELINES:
             raise ValueError(f"pipeline must be one of {', '.join(PIPELINES)}, found {self.pipeline!r}")
-        if self.iterations < 1:
-            raise ValueError("iterations must be >= 1")
+        safe_component(self.method, "method name")
+        safe_component(self.index, "index name")
+        for name in ("iterations", "retrieve_k", "coarse_k", "window", "max_doc_tokens", "cot_max_new_tokens",
+                     "reformulate_max_new_tokens", "augment_max_new_tokens"):
+            in_range(self, name, 1)
+        for name in ("demo_evidence", "max_demos", "alpha", "delta"):
+            in_range(self, name, 0)
+        in_range(self, "evidence_share", 0, 1, low_open=True)
+        for name in ("relevance_threshold", "usefulness_threshold"):
+            in_range(self, name, 0, 1)
 
     def role(self, name: str) -> dict:
         return dict(self.roles.get(name) or self.llm)

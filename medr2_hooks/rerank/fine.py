@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import in_range
 from ..corpus.document import GUIDELINE_LEVEL
 from ..llm.closed_set import label_distribution
 
@@ -123,6 +124,10 @@ def conflict_prompt(a: str, b: str) -> str:
 class ConflictConfig:
     top: int = 5  # judge pairs among this many best documents: at most top·(top−1)/2 judgements a question
     threshold: float = 0.5  # p(yes) above this is a conflict
+
+    def __post_init__(self):
+        in_range(self, "top", 0)
+        in_range(self, "threshold", 0, 1)
 
 
 def conflicts(backend, document_sets: list[list[str]], cfg: ConflictConfig) -> list[list[tuple[int, int, float]]]:
