@@ -2,8 +2,14 @@
 
 One SQLite file (``$MEDR2_CACHE_DIR/stages.sqlite`` by default) holds rows ``(stage, key, config, value)``
 with JSON values — never pickles. Rows are committed as each batch is produced, so a killed run resumes
-where it stopped. A row whose JSON does not parse, or whose stored config differs from the caller's, counts
-as a miss (``corrupt`` / ``foreign`` in :attr:`StageCache.stats`) and is recomputed and overwritten.
+where it stopped. A row whose JSON does not parse, whose value has not the stage's declared shape, or whose
+stored config differs from the caller's, counts as a miss (``corrupt`` / ``foreign`` in
+:attr:`StageCache.stats`) and is recomputed and overwritten.
+
+Several processes may share one cache file (shards of a pre-pass, parallel sweeps): SQLite's write-ahead log
+lets them read while one writes, and a writer waits up to ``BUSY_TIMEOUT_S`` for the lock. A file that is not
+a database (damaged, or something else at that path) is moved aside to ``<name>.damaged-<time>`` with a
+warning naming both files, counted as ``cache_file:damaged``, and a fresh cache is started.
 """
 
 from __future__ import annotations
@@ -11,12 +17,40 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import logging
+import os
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from .. import settings
+from ..errors import Medr2Error
+
+log = logging.getLogger(__name__)
+BUSY_TIMEOUT_S = 600.0
+
+
+def conforms(value: Any, shape: Any) -> bool:
+    """Whether a cached JSON value has a stage's declared shape: ``None`` (anything), a type (``float``
+    accepts ints, never bools), a tuple of alternatives, ``[shape]`` (a list of such elements) or
+    ``{key: shape}`` (a mapping with at least these keys)."""
+    if shape is None:
+        return True
+    if isinstance(shape, tuple):
+        return any(conforms(value, s) for s in shape)
+    if isinstance(shape, list):
+        return isinstance(value, list) and all(conforms(v, shape[0]) for v in value)
+    if isinstance(shape, dict):
+        return isinstance(value, dict) and all(k in value and conforms(value[k], s) for k, s in shape.items())
+    if shape is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if shape is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if shape is type(None):
+        return value is None
+    return isinstance(value, shape)
 
 
 def stable_hash(obj: Any) -> str:
@@ -27,17 +61,45 @@ class StageCache:
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path else settings.cache_dir() / "stages.sqlite"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS stage (stage TEXT, key TEXT, config TEXT, value TEXT, "
-                         "PRIMARY KEY (stage, key))")
         self._lock = threading.Lock()
         self.stats: Counter = Counter()
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as exc:
+            if "not a database" not in str(exc) and "malformed" not in str(exc):
+                raise Medr2Error(f"stage cache {self.path}: {exc}") from None
+            self._db = self._open(self._move_aside(exc))
+
+    def _open(self, _after: object = None) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_S)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS stage (stage TEXT, key TEXT, config TEXT, value TEXT, "
+                       "PRIMARY KEY (stage, key))")
+            db.execute("SELECT count(*) FROM (SELECT 1 FROM stage LIMIT 1)").fetchone()
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        return db
+
+    def _move_aside(self, exc: Exception) -> Path:
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        aside = self.path.with_name(f"{self.path.name}.damaged-{stamp}-{os.getpid()}")
+        try:
+            os.replace(self.path, aside)
+        except FileNotFoundError:  # another process moved it first
+            pass
+        for suffix in ("-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        log.warning("stage cache %s is damaged (%s): moved it to %s and started an empty cache; every stage "
+                    "is recomputed (delete the damaged copy once you no longer need it)", self.path, exc, aside)
+        self.stats["cache_file:damaged"] += 1
+        return aside
 
     def key(self, inputs: Any, config: Any) -> str:
         return stable_hash({"inputs": inputs, "config": config})
 
-    def get_many(self, stage: str, keys: list[str], config: Any) -> dict[str, Any]:
+    def get_many(self, stage: str, keys: list[str], config: Any, shape: Any = None) -> dict[str, Any]:
         cfg = stable_hash(config)
         found: dict[str, Any] = {}
         for start in range(0, len(keys), 500):
@@ -50,8 +112,13 @@ class StageCache:
                     self.stats[f"{stage}:foreign"] += 1
                     continue
                 try:
-                    found[key] = json.loads(value)
+                    decoded = json.loads(value)
                 except json.JSONDecodeError:
+                    self.stats[f"{stage}:corrupt"] += 1
+                    continue
+                if conforms(decoded, shape):
+                    found[key] = decoded
+                else:
                     self.stats[f"{stage}:corrupt"] += 1
         self.stats[f"{stage}:hit"] += len(found)
         self.stats[f"{stage}:miss"] += len(set(keys)) - len(found)
@@ -65,11 +132,13 @@ class StageCache:
             self._db.executemany("INSERT OR REPLACE INTO stage VALUES (?, ?, ?, ?)", rows)
             self._db.execute("COMMIT")
 
-    def cached(self, stage: str, inputs: list[Any], config: Any, compute, batch_size: int = 64) -> list[Any]:
+    def cached(self, stage: str, inputs: list[Any], config: Any, compute, batch_size: int = 64,
+               shape: Any = None) -> list[Any]:
         """Values for ``inputs`` in order; misses are computed with ``compute(list_of_inputs) -> list`` in
-        batches and stored after each batch."""
+        batches and stored after each batch. ``shape`` (see :func:`conforms`) is what a stored value must look
+        like to be used; computed values are checked against it too."""
         keys = [self.key(x, config) for x in inputs]
-        found = self.get_many(stage, list(dict.fromkeys(keys)), config)
+        found = self.get_many(stage, list(dict.fromkeys(keys)), config, shape)
         missing = [i for i, k in enumerate(keys) if k not in found]
         todo: dict[str, Any] = {}
         for i in missing:
@@ -84,6 +153,9 @@ class StageCache:
             values = compute([todo[k] for k in chunk])
             if len(values) != len(chunk):
                 raise RuntimeError(f"stage {stage}: computed {len(values)} values for {len(chunk)} inputs")
+            bad = [v for v in values if not conforms(json.loads(json.dumps(v)), shape)]
+            if bad:
+                raise RuntimeError(f"stage {stage}: computed a value of the wrong shape: {bad[0]!r:.200}")
             produced = dict(zip(chunk, values))
             self.put_many(stage, produced, config)
             # the same JSON round trip a later cache hit goes through, so both runs see identical values

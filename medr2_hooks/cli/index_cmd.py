@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+from .output import emit_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,11 +48,13 @@ def run(args: argparse.Namespace) -> int:
         folder = Path(args.name) if Path(args.name, "manifest.json").exists() else index_dir(args.name)
         manifest = load_manifest(folder)
         if args.json:
-            print(json.dumps(manifest, indent=1))
+            emit_json(args, manifest)
             return 0
         print(f"index     {manifest['name']}  ({folder})")
         print(f"recipe    {manifest['recipe_hash'][:16]}  corpus {manifest['corpus_hash'][:16]}")
         print(f"counts    {manifest['counts']}  skipped {manifest['skipped'] or 'none'}")
+        for i, entry in enumerate(manifest.get("inputs", [])):
+            print(f"{'inputs' if i == 0 else '':<9} {entry['file']}  {entry['size']} bytes  sha256 {entry['sha256'][:16]}")
         if "dense" in manifest:
             d = manifest["dense"]
             print(f"dense     {d['encoder']['id']}@{d['encoder']['revision']} ({d['encoder']['pooling']} pooling, "
@@ -67,8 +70,7 @@ def run(args: argparse.Namespace) -> int:
     results = searcher.search(args.query, k=args.k, unit=args.unit, fusion=args.fusion,
                               exclude_pmids=args.exclude_pmid)
     if args.json:
-        print(json.dumps([{"query": q, "hits": [h.to_json() for h in hits]} for q, hits in zip(args.query, results)],
-                         indent=1, ensure_ascii=False))
+        emit_json(args, [{"query": q, "hits": [h.to_json() for h in hits]} for q, hits in zip(args.query, results)])
         return 0
     for query, hits in zip(args.query, results):
         print(f"# {query}")

@@ -21,6 +21,9 @@ def _lines(path: Path, report: SkipReport) -> Iterator[tuple[int, str]]:
     """``(line_number, text)`` of a UTF-8 text file (``.gz`` allowed), without line endings."""
     opener = gzip.open if path.suffix == ".gz" else open
     lineno = 0
+    if path.is_file() and path.stat().st_size == 0:
+        report.problem(path, 0, None, "empty file (0 bytes)")
+        return
     try:
         with opener(path, "rb") as fh:
             for lineno, raw in enumerate(fh, 1):
@@ -34,7 +37,8 @@ def _lines(path: Path, report: SkipReport) -> Iterator[tuple[int, str]]:
         raise DataError(f"corpus source file not found: {path}") from None
 
 
-def _files(pattern: str, base: Path) -> list[Path]:
+def source_files(pattern: str, base: Path) -> list[Path]:
+    """The files a source pattern names (a path or a glob, relative to ``base`` unless absolute)."""
     path = Path(pattern)
     root, glob = (path.parent, path.name) if path.is_absolute() else (base, pattern)
     files = sorted(root.glob(glob)) if any(ch in glob for ch in "*?[") else [root / glob]
@@ -45,7 +49,7 @@ def _files(pattern: str, base: Path) -> list[Path]:
 
 def medqa_textbooks(paths: str, base: Path, report: SkipReport, language: str = "en") -> Iterator[Document]:
     """The MedQA textbooks: one ``book`` document per file (``Anatomy_Gray.txt.gz`` → book ``Anatomy_Gray``)."""
-    for path in _files(paths, base):
+    for path in source_files(paths, base):
         book = path.name.split(".")[0]
         lines = [text for _, text in _lines(path, report)]
         text = "\n".join(lines).strip()
@@ -90,7 +94,7 @@ def _text_fields(obj: dict, names: dict[str, str], path: Path, line: int, report
 def medrag_jsonl(paths: str, base: Path, report: SkipReport, source_type: str = "book",
                  language: str = "en") -> Iterator[Document]:
     """MedRAG corpora (``MedRAG/textbooks``, ``pubmed``, ``wikipedia``): ``id, title, content``."""
-    for path in _files(paths, base):
+    for path in source_files(paths, base):
         for line, obj in _jsonl(path, report):
             f = _text_fields(obj, {"doc_id": "id", "title": "title", "text": "content"}, path, line, report,
                              optional=("title",))
@@ -103,7 +107,7 @@ def medrag_jsonl(paths: str, base: Path, report: SkipReport, source_type: str = 
 
 def meditron_guidelines(paths: str, base: Path, report: SkipReport, language: str = "en") -> Iterator[Document]:
     """MEDITRON guidelines (``epfl-llm/guidelines``): ``id, source, title, clean_text``; level fixed at 3."""
-    for path in _files(paths, base):
+    for path in source_files(paths, base):
         for line, obj in _jsonl(path, report):
             f = _text_fields(obj, {"doc_id": "id", "title": "title", "text": "clean_text"}, path, line, report,
                              optional=("title",))
@@ -114,7 +118,7 @@ def meditron_guidelines(paths: str, base: Path, report: SkipReport, language: st
 
 def pubmedqa_contexts(paths: str, base: Path, report: SkipReport) -> Iterator[Document]:
     """PubMedQA abstracts as ``paper`` documents keyed by PMID (contexts + conclusion)."""
-    for path in _files(paths, base):
+    for path in source_files(paths, base):
         text = "\n".join(t for _, t in _lines(path, report))
         try:
             data = json.loads(text)
@@ -134,7 +138,7 @@ def pubmedqa_contexts(paths: str, base: Path, report: SkipReport) -> Iterator[Do
 def generic_jsonl(paths: str, base: Path, report: SkipReport, source_type: str | None = None,
                   language: str = "en") -> Iterator[Document]:
     """Our own schema: ``doc_id, text`` required; ``title, source_type, language, evidence_level, meta``."""
-    for path in _files(paths, base):
+    for path in source_files(paths, base):
         for line, obj in _jsonl(path, report):
             f = _text_fields(obj, {"doc_id": "doc_id", "title": "title", "text": "text"}, path, line, report,
                              optional=("title",))

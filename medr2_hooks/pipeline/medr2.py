@@ -25,9 +25,11 @@ from ..data.orphanet import normalise
 from ..data.record import Question
 from ..llm import BackendPool
 from ..llm.closed_set import label_distribution
+from ..llm.openai_backend import EndpointError
 from ..rerank import fine
 from .config import ROLES, MethodConfig
 from .identity import backend_identity
+from .shapes import STAGE_SHAPES
 
 # Bump when post-processing of generated text changes, so cached generations are recomputed.
 GENERATION_VERSION = 2
@@ -46,8 +48,14 @@ class MedR2:
     @contextmanager
     def stage(self, name: str):
         t = time.perf_counter()
-        yield
-        self.timings[name] += time.perf_counter() - t
+        try:
+            yield
+        except EndpointError as exc:
+            if "pre-pass stage" in str(exc):
+                raise
+            raise EndpointError(f"pre-pass stage {name!r}, {exc}") from None
+        finally:
+            self.timings[name] += time.perf_counter() - t
 
     def target_tokens(self, texts: list[str]) -> list[int]:
         """Token counts under the target model's tokenizer (window packing)."""
@@ -75,7 +83,7 @@ class MedR2:
 
     def cached(self, stage: str, inputs: list, config: dict, compute, batch_size: int = 64) -> list:
         with self.stage(stage):
-            return self.cache.cached(stage, inputs, config, compute, batch_size)
+            return self.cache.cached(stage, inputs, config, compute, batch_size, shape=STAGE_SHAPES[stage])
 
     def run_record(self, started: float, questions: int, demos: int) -> dict:
         """What a pre-pass did: settings, models, index, per-stage seconds, counts, cache hits, model usage."""

@@ -25,8 +25,10 @@ from .. import settings
 from ..corpus import segment
 from ..corpus.document import Document, SkipReport
 from ..corpus.recipe import Recipe
-from ..corpus.sources import READERS
-from ..corpus.store import CorpusStore, atomic_write_text, file_sha256, write_corpus
+from ..corpus.sources import READERS, source_files
+from ..errors import DataError
+from ..fs import atomic_write_text, safe_component
+from ..corpus.store import CorpusStore, file_sha256, write_corpus
 
 
 # Lucene indexes (pyserini backends) live in a "lucene" folder under their retriever; their segment files carry
@@ -35,7 +37,7 @@ LUCENE = "lucene"
 
 
 def index_dir(name: str) -> Path:
-    return settings.cache_dir() / "indexes" / name
+    return settings.cache_dir() / "indexes" / safe_component(name, "index name")
 
 
 def read_sources(recipe: Recipe, report: SkipReport) -> list[Document]:
@@ -55,22 +57,55 @@ def read_sources(recipe: Recipe, report: SkipReport) -> list[Document]:
     return docs
 
 
-def _corpus_identity(recipe: Recipe) -> str:
+def input_files(recipe: Recipe, folder: Path) -> list[dict]:
+    """Each input file of the recipe's sources with its size and sha256. Hashes are remembered by (path, size,
+    mtime) in ``<corpus>/inputs.json``, so an unchanged file is not read again; an edited, replaced or moved
+    file gets a new identity and the corpus is rebuilt."""
+    memo_path = folder / "inputs.json"
+    try:
+        memo = {m["path"]: m for m in json.loads(memo_path.read_text())}
+    except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError):
+        memo = {}
+    out = []
+    for source in recipe.sources:
+        base = recipe.base_dir(source)
+        for pattern in source.path_list():
+            for path in source_files(pattern, base):
+                stat = path.stat()
+                seen = memo.get(str(path))
+                if seen and seen["size"] == stat.st_size and seen["mtime_ns"] == stat.st_mtime_ns:
+                    digest = seen["sha256"]
+                else:
+                    digest = file_sha256(path)
+                out.append({"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest})
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(memo_path, json.dumps(out, indent=1))
+    return out
+
+
+def _corpus_identity(recipe: Recipe, inputs: list[dict]) -> str:
     spec = {"sources": [asdict(s) for s in recipe.sources], "segmentation": asdict(recipe.segmentation),
-            "strict": recipe.strict, "segmenter_version": segment.SEGMENTER_VERSION}
+            "strict": recipe.strict, "segmenter_version": segment.SEGMENTER_VERSION,
+            "inputs": sorted((Path(i["path"]).name, i["size"], i["sha256"]) for i in inputs)}
     return json.dumps(spec, sort_keys=True)
 
 
 def build_corpus(recipe: Recipe, folder: Path, log=print) -> dict:
     marker = folder / "corpus.json"
-    identity = _corpus_identity(recipe)
+    inputs = input_files(recipe, folder)
+    identity = _corpus_identity(recipe, inputs)
     if marker.exists():
         done = json.loads(marker.read_text())
         if done.get("identity") == identity:
             log(f"corpus: up to date ({done['documents']} documents, {done['passages']} passages)")
             return done
+        log("corpus: the recipe or an input file changed since the last build: rebuilding")
     report = SkipReport(strict=recipe.strict)
     raw = read_sources(recipe, report)
+    if not raw:
+        skipped = f"; all input was skipped: {dict(report.counts)} (first: {report.examples[0]})" if report.total else ""
+        raise DataError(f"index {recipe.name}: the sources yield no document "
+                        f"({', '.join(i['path'] for i in inputs)}){skipped}")
     tokens = segment.Tokens(recipe.segmentation.tokenizer)
     docs = segment.documents(raw, recipe.segmentation, tokens)
     spans = segment.passages([d.text for d in docs], recipe.segmentation, tokens)
@@ -80,7 +115,9 @@ def build_corpus(recipe: Recipe, folder: Path, log=print) -> dict:
         if doc.meta.get("pmid"):
             pmids.setdefault(str(doc.meta["pmid"]), []).append(row)
     atomic_write_text(folder / "lookup.json", json.dumps({"pmid": pmids}, sort_keys=True))
-    done = {"identity": identity, "corpus_hash": corpus_hash, "source_documents": len(raw), "documents": len(docs),
+    done = {"identity": identity, "corpus_hash": corpus_hash, "inputs": [{k: i[k] for k in ("path", "size", "sha256")}
+                                                                      for i in inputs],
+            "source_documents": len(raw), "documents": len(docs),
             "passages": sum(map(len, spans)), "skipped": report.to_json()}
     atomic_write_text(marker, json.dumps(done, indent=1, sort_keys=True))
     log(f"corpus: {len(raw)} source documents -> {len(docs)} documents, {done['passages']} passages"
@@ -96,6 +133,7 @@ def build_dense(recipe: Recipe, store: CorpusStore, folder: Path, corpus_hash: s
 
     cfg = recipe.dense
     encoder = DenseEncoder(cfg.encoder, cfg.pooling, cfg.query_instruction, cfg.max_length, cfg.batch_size)
+    check_factory(cfg.factory, encoder.dim, recipe)  # before hours of encoding, not after
     n = len(store.passages)
     identity = {"encoder": encoder.fingerprint, "corpus_hash": corpus_hash, "shard_size": cfg.shard_size}
     with tqdm(total=n, desc="dense: encoding passages", unit="passage", mininterval=5) as bar:
@@ -104,6 +142,21 @@ def build_dense(recipe: Recipe, store: CorpusStore, folder: Path, corpus_hash: s
     ntotal = build_faiss(shards, encoder.dim, cfg.factory, folder / "index.faiss", cfg.train_size)
     log(f"dense: {ntotal} vectors of {encoder.dim} dims, FAISS {cfg.factory}")
     return {"encoder": encoder.fingerprint, "factory": cfg.factory, "metric": "inner_product", "ntotal": ntotal}
+
+
+def check_factory(factory: str, dim: int, recipe: Recipe) -> None:
+    """A FAISS ``index_factory`` string that FAISS accepts for ``dim``-dimensional vectors, else a ConfigError."""
+    import faiss
+
+    from ..config import ConfigError
+
+    try:
+        faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"recipe {recipe.name} ({recipe.folder}): dense.factory {factory!r} is not a FAISS "
+                          f"index_factory string for {dim}-dimensional vectors ({first}); e.g. Flat, HNSW32, "
+                          "IVF4096,PQ64") from None
 
 
 def build_sparse_bm25(recipe: Recipe, store: CorpusStore, folder: Path, log=print) -> dict:
@@ -161,6 +214,8 @@ def build(recipe: Recipe, folder: Path | None = None, log=print) -> dict:
     manifest = {"name": recipe.name, "recipe": recipe.to_json(), "recipe_hash": recipe.hash(),
                 "corpus_hash": corpus["corpus_hash"],
                 "counts": {k: corpus[k] for k in ("source_documents", "documents", "passages")},
+                "inputs": [{"file": Path(i["path"]).name, "size": i["size"], "sha256": i["sha256"]}
+                           for i in corpus["inputs"]],
                 "skipped": corpus["skipped"]["skipped"]}
     if recipe.dense:
         manifest["dense"] = timed("dense", build_dense, recipe, store, folder / "dense", corpus["corpus_hash"])
@@ -169,7 +224,7 @@ def build(recipe: Recipe, folder: Path | None = None, log=print) -> dict:
     if recipe.splade:
         manifest["splade"] = timed("splade", build_sparse_splade, recipe, store, folder / "splade")
     store.close()
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in ("manifest.json", "build_report.json")
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in ("manifest.json", "build_report.json", "inputs.json")
                    and ".tmp" not in p.name and LUCENE not in p.relative_to(folder).parts)
     manifest["files"] = {str(p.relative_to(folder)): file_sha256(p) for p in files}
     atomic_write_text(folder / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
@@ -189,7 +244,27 @@ def ensure_index(name: str, log=print) -> Path:
     folder = index_dir(name)
     if not (folder / "manifest.json").exists():
         build(load_recipe(name), folder, log=log)
+    elif _inputs_touched(folder):
+        log(f"index {name}: an input file changed size or time since the build: checking it (rebuilt if its content changed)")
+        build(load_recipe(name), folder, log=log)
     return folder
+
+
+def _inputs_touched(folder: Path) -> bool:
+    """Whether an input file recorded at build time is gone or has another size or mtime (a cheap stat check;
+    the build then decides by content hash)."""
+    try:
+        recorded = json.loads((folder / "corpus" / "inputs.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return False  # built before inputs were recorded: nothing to compare
+    for entry in recorded:
+        path = Path(entry["path"])
+        if not path.is_file():
+            return True
+        stat = path.stat()
+        if (stat.st_size, stat.st_mtime_ns) != (entry["size"], entry["mtime_ns"]):
+            return True
+    return False
 
 
 def load_manifest(folder: Path) -> dict:
