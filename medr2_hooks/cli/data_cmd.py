@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+from .output import emit_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         counts[name] = {"eval": len(pools.eval), "demos": len(pools.demos)}
     if args.json:
-        print(json.dumps(counts, indent=2))
+        emit_json(args, counts, indent=2)
         return 0
     where = (args.data_dir or settings.data_dir()) if args.source == "local" else "hub"
     print(f"data: {where}")

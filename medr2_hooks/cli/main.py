@@ -10,6 +10,7 @@ import sys
 from importlib import import_module
 
 from ..errors import Medr2Error
+from .output import json_stdout
 
 # name -> (module, one-line help). Each module defines add_arguments(parser) and run(args) -> int.
 COMMANDS = {
@@ -44,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return import_module(args._module).run(args) or 0
+        with json_stdout(args):
+            return import_module(args._module).run(args) or 0
     except Medr2Error as exc:
         print(f"medr2 {args.command}: error: {exc}", file=sys.stderr)
         return 2

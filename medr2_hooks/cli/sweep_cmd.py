@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+from .output import emit_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.dry_run:
         if args.json:
-            print(json.dumps([r.to_json() for r in runs], indent=1))
+            emit_json(args, [r.to_json() for r in runs])
         else:
             for r in runs:
                 print(f"{r.name}  task={r.task} model={r.lm_model} {r.model_args}")

@@ -11,6 +11,7 @@ import os
 import platform
 import re
 import resource
+import secrets
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -18,8 +19,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import settings
-from ..corpus.store import atomic_write_text
+from ..cache import stable_hash
+from ..errors import Medr2Error
+from ..fs import atomic_write_text, safe_component
 from ..llm import embedded
+from ..redact import redact
 from .registry import check_tasks
 
 # Gemma-3 has a 262,144-token vocabulary and lm-eval's hf backend keeps full-vocabulary float32 logits per
@@ -87,6 +91,40 @@ def fine_tuned(pretrained: str) -> dict | None:
     return json.loads(path.read_text()) if path is not None and path.is_file() else None
 
 
+def default_run_name(tasks: list[str], model: str) -> str:
+    """``<tasks>__<model>__<UTC time to the microsecond>-<pid>-<random>``: unique per process and call, so runs
+    started in the same second on one machine (or on several sharing the results folder) never share a folder."""
+    joined = "+".join(tasks)
+    if len(joined) > 100:
+        joined = f"{joined[:80]}+{len(tasks)}tasks-{stable_hash(tasks)[:8]}"
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    return f"{joined}__{re.sub(r'[^A-Za-z0-9._-]', '-', model)[-60:].lstrip('.-')}__{stamp}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def prepass_records(configs: dict) -> dict:
+    """The pre-pass record of each retrieval task in lm-eval's ``results["configs"]``, found by the content
+    that determines it (benchmark, subject, resolved method config, items), never by file times."""
+    from .medr2 import prepass_spec
+
+    out = {}
+    for task, tcfg in configs.items():
+        metadata, kwargs = dict(tcfg.get("metadata") or {}), dict(tcfg.get("dataset_kwargs") or {})
+        if "method" not in metadata or "benchmark" not in kwargs:
+            continue  # not a retrieval task: no pre-pass
+        path = prepass_spec(**{**metadata, **kwargs}).record_path
+        out[task] = json.loads(path.read_text()) if path.is_file() else {"missing": str(path)}
+    return out
+
+
+def _check(cfg: "EvalConfig") -> None:
+    if cfg.limit is not None and (cfg.limit <= 0 or (cfg.limit >= 1 and cfg.limit != int(cfg.limit))):
+        raise Medr2Error(f"--limit must be a whole number of items >= 1 or a fraction in (0, 1), found {cfg.limit:g}")
+    if cfg.run_name is not None:
+        safe_component(cfg.run_name, "--run_name")
+    if not cfg.tasks:
+        raise Medr2Error("--tasks: no task named")
+
+
 def _default_device() -> str:
     import torch
 
@@ -119,6 +157,7 @@ def run_eval(cfg: EvalConfig) -> dict:
     if embedded.is_embedded(cfg.model):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
+    _check(cfg)
     from lm_eval import simple_evaluate
     from lm_eval.loggers import EvaluationTracker
     from lm_eval.utils import make_table
@@ -137,10 +176,8 @@ def run_eval(cfg: EvalConfig) -> dict:
     device = cfg.device or _default_device()
     # lm-eval's "auto" probes for the largest batch that fits a GPU; on a CPU it grows until the machine swaps
     batch_size = cfg.batch_size or default_batch_size(embedded_name, cfg.tasks) or ("auto" if device != "cpu" else 4)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    name = cfg.run_name or f"{'+'.join(cfg.tasks)}__{cfg.model.replace('/', '_').replace(':', '-')}__{stamp}"
+    name = cfg.run_name or default_run_name(cfg.tasks, cfg.model)
     out_dir = Path(cfg.output_path) if cfg.output_path else settings.results_dir() / "runs" / name
-    out_dir.mkdir(parents=True, exist_ok=True)
 
     started = time.time()
     results = simple_evaluate(
@@ -161,11 +198,11 @@ def run_eval(cfg: EvalConfig) -> dict:
         metadata=metadata or None,
     )
     wall = time.time() - started
+    out_dir.mkdir(parents=True, exist_ok=True)  # only now: a failed evaluation leaves no empty run folder
     samples = results.pop("samples", None)
-    # the pre-pass records the retrieval tasks of this run wrote (stage seconds, model calls, tokens, cache hits)
-    prepass_dir = settings.results_dir() / "prepass"
-    prepass = {p.stem: json.loads(p.read_text()) for p in sorted(prepass_dir.glob("*.json"))
-               if p.stat().st_mtime >= started} if prepass_dir.is_dir() else {}
+    results = redact(results)  # task configs carry --metadata, which may hold a role's credentials
+    # the pre-pass records of this run's retrieval tasks (stage seconds, model calls, tokens, cache hits)
+    prepass = prepass_records(results.get("configs", {}))
 
     tracker = EvaluationTracker(output_path=str(out_dir))
     tracker.general_config_tracker.model_name = cfg.model
@@ -175,7 +212,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         for task_name in results["configs"]:
             tracker.save_results_samples(task_name=task_name, samples=samples[task_name])
 
-    record = {
+    record = redact({
         "name": name,
         "config": asdict(cfg),
         "resolved": {"lm_eval_model": lm_model, "model_args": model_args, "batch_size": batch_size, "device": device},
@@ -190,7 +227,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         "results": results["results"],
         "groups": results.get("groups", {}),
         "n_samples": results.get("n-samples", {}),
-    }
+    })
     atomic_write_text(out_dir / "run.json", json.dumps(record, indent=2, ensure_ascii=False, default=str))
 
     if cfg.wandb:
