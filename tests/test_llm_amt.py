@@ -33,13 +33,14 @@ def test_refiner_keeps_exactly_the_documents_both_filters_accept(tmp_path, usmle
 
     questions = [r.question for r in usmle]
     augmented = llm_amt.augment(m, [r.public() for r in usmle])  # cached: the same queries as the run
-    candidates = m.retrieve([a["query"] for a in augmented], [None] * len(usmle))
-    relevance = m.relevance(questions, candidates)
+    queries = [a["query"] for a in augmented]
+    candidates = m.retrieve(queries, [None] * len(usmle))
+    relevance = m.relevance(queries, candidates)  # judged against the current query, as Med-R²'s coarse rerank
     relevant = [[h for h, s in zip(hits, sc) if s > 0.5] for hits, sc in zip(candidates, relevance)]
     useful = llm_amt.usefulness(m, questions, relevant)
     expected = [[h["doc_id"] + "#" + str(h["passage"]) for h, s in zip(hits, sc) if s > 0.5]
                 for hits, sc in zip(relevant, useful)]
-    kept = llm_amt.refine(m, questions, candidates)
+    kept = llm_amt.refine(m, questions, queries, candidates)
     assert [[h["doc_id"] + "#" + str(h["passage"]) for h in hits] for hits in kept] == expected
     dropped = sum(len(c) for c in candidates) - sum(len(k) for k in kept)
     assert record["counts"].get("refiner_dropped_irrelevant", 0) + record["counts"].get("refiner_dropped_useless", 0) == dropped
@@ -63,13 +64,25 @@ def test_refiner_keeps_exactly_the_documents_both_filters_accept(tmp_path, usmle
 def test_relevance_filter_shares_the_med_r2_coarse_cache(tmp_path, usmle):
     from medr2_hooks.lmeval.medr2 import prepare_records
 
-    prepare_records(_pipeline(tmp_path, [], **AMT), "medqa_usmle", usmle, [])
+    from medr2_hooks.pipeline import llm_amt
+
+    amt = _pipeline(tmp_path, [], **AMT)
+    prepare_records(amt, "medqa_usmle", usmle, [])
+    queries = [a["query"] for a in llm_amt.augment(amt, [r.public() for r in usmle])]
     log: list = []
     m = _pipeline(tmp_path, log, **TINY)
-    questions = [r.question for r in usmle]
-    candidates = m.retrieve(questions, [None] * len(usmle))
-    m.relevance(questions, candidates)
-    assert m.cache.stats.get("coarse:hit", 0) > 0
+    candidates = m.retrieve(queries, [None] * len(usmle))
+    m.relevance(queries, candidates)
+    assert m.cache.stats.get("coarse:hit", 0) > 0 and _model_calls(log) == []
+
+
+def test_relevance_filter_stays_an_llm_judge_when_med_r2_uses_the_cross_encoder(tmp_path, usmle):
+    from medr2_hooks.lmeval.medr2 import prepare_records
+
+    log: list = []
+    m = _pipeline(tmp_path, log, **AMT, coarse="cross_encoder", cross_encoder="/nonexistent/cross-encoder")
+    prepare_records(m, "medqa_usmle", usmle, [])  # would fail loading the cross-encoder if the refiner used it
+    assert any(kind == "score_choices:coarse_rerank" for kind, _ in log)
 
 
 def test_rejecting_every_document_leaves_the_reader_without_knowledge(tmp_path, usmle):

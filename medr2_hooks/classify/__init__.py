@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..llm.closed_set import decide
+from ..llm.closed_set import answer_instruction, decide, lettered
 
 EBM_CATEGORIES = {
     "diagnosis": "identifying a disease or condition from findings, or the accuracy of a diagnostic test",
@@ -53,21 +53,21 @@ class QueryLabels:
                 "parsed": self.parsed}
 
 
-def _menu(options: dict[str, str]) -> str:
-    return "\n".join(f"- {name}: {desc}" for name, desc in options.items())
-
-
-def ebm_prompt(question: str) -> str:
+def ebm_prompt(question: str, scoring: str = "letters") -> str:
     return ("Sort the medical question into one evidence-based-medicine category.\n"
-            f"Categories:\n{_menu(EBM_CATEGORIES)}\n\nQuestion: {question}\nCategory:")
+            f"Categories:\n{lettered(list(EBM_CATEGORIES), EBM_CATEGORIES)}\n\nQuestion: {question}\n"
+            f"{answer_instruction('category', scoring)}\nCategory:")
 
 
-def qtype_prompt(question: str) -> str:
+def qtype_prompt(question: str, scoring: str = "letters") -> str:
     return ("Sort the question into one general question type.\n"
-            f"Types:\n{_menu(QUESTION_TYPES)}\n\nQuestion: {question}\nType:")
+            f"Types:\n{lettered(list(QUESTION_TYPES), QUESTION_TYPES)}\n\nQuestion: {question}\n"
+            f"{answer_instruction('type', scoring)}\nType:")
 
 
-def classify(backend, questions: list[str], mode: str = "closed_set") -> list[QueryLabels]:
-    ebm = decide(backend, [ebm_prompt(q) for q in questions], list(EBM_CATEGORIES), "classifier", mode, "other")
-    qtype = decide(backend, [qtype_prompt(q) for q in questions], list(QUESTION_TYPES), "classifier", mode, "factual")
+def classify(backend, questions: list[str], mode: str = "closed_set", scoring: str = "letters") -> list[QueryLabels]:
+    ebm = decide(backend, [ebm_prompt(q, scoring) for q in questions], list(EBM_CATEGORIES), "classifier", mode,
+                 "other", scoring)
+    qtype = decide(backend, [qtype_prompt(q, scoring) for q in questions], list(QUESTION_TYPES), "classifier", mode,
+                   "factual", scoring)
     return [QueryLabels(e.label, e.probs, t.label, t.probs, e.parsed and t.parsed) for e, t in zip(ebm, qtype)]

@@ -4,6 +4,11 @@ Local: ``medxpertqa/medxpertqa_text_input.jsonl`` (the full 2,450-item test spli
 otherwise the official 244-item sample ``medxpertqa_sampled_text_input.jsonl``. Options come as a list of
 ``{letter, content}`` there and as a ``{letter: text}`` mapping in the hub rows (``TsinghuaC3I/MedXpertQA``,
 config ``Text``); both give the same :class:`Record`. Exactly one label, A–J, must be marked correct.
+
+Every question of the release ends with its options inline (``\nAnswer Choices: (A) … (J) …``). The block is
+split off at load time and must equal the ``options`` field (whitespace aside; an error naming file, line and
+field otherwise): the question is the stem alone, so prompts list the options once and retrieval, reformulation
+and the judges never see an option (the question-only rule).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from .record import Record
 
 HUB = "TsinghuaC3I/MedXpertQA"
 LETTERS = "ABCDEFGHIJ"
+INLINE = "Answer Choices:"
 FULL, SAMPLE = "medxpertqa/medxpertqa_text_input.jsonl", "medxpertqa/medxpertqa_sampled_text_input.jsonl"
 
 
@@ -39,10 +45,24 @@ def record(obj: dict, path, line: int) -> Record:
     if labels[0] not in options:
         raise RowError(path, line, "label", f"answer {labels[0]!r} is not one of the options {list(options)}")
     return Record(
-        id=str(field(obj, "id", path, line)), question=field(obj, "question", path, line), options=options,
+        id=str(field(obj, "id", path, line)), question=stem(field(obj, "question", path, line), options, path, line),
+        options=options,
         answer=labels[0], language="en",
         meta={key: obj.get(key) for key in ("medical_task", "body_system", "question_type")} | {"source": f"{Path(str(path)).name}:{line}"},
     )
+
+
+def stem(question: str, options: dict[str, str], path, line: int) -> str:
+    """The question without its inline ``Answer Choices:`` block, after checking the block lists ``options``."""
+    at = question.rfind(INLINE)
+    if at < 0:
+        return question
+    block = " ".join(question[at + len(INLINE):].split())
+    expected = " ".join(" ".join(f"({letter}) {text}" for letter, text in options.items()).split())
+    if block != expected:
+        raise RowError(path, line, "question", f"its inline {INLINE.strip()!r} block differs from the options field: "
+                                               f"{block[:120]!r} vs {expected[:120]!r}")
+    return question[:at].rstrip()
 
 
 def load(root: Path) -> list[Record]:

@@ -27,8 +27,14 @@ PAPER_NUMBERS = settings.REPO_ROOT / "experiments" / "paper_numbers.csv"
 MISSING = "—"
 
 
+# RareArena's official metrics are top-1 and top-5 recall. The paper's Table 8 does not name its metric; its GPT-4o
+# numbers (RDS 47.50, RDC 73.76) lie between RareArena's published GPT-4o top-1 and top-5 recalls (RDS 33.1 / 56.9,
+# RDC 64.2 / 85.9). The main table uses top-5 and the report adds a top-1 table, saying why.
+PRIMARY = ("acc,none", "top5,none", "top1,none")
+
+
 def primary_metric(results: dict) -> tuple[str, float] | None:
-    for key in ("acc,none", "top1,none"):
+    for key in PRIMARY:
         if key in results:
             return key.split(",")[0], 100 * float(results[key])
     return None
@@ -52,12 +58,14 @@ def load_runs(runs: list[Run]) -> dict[str, dict]:
                 row = json.loads(line)
                 items[row["doc"]["id"]] = float(row.get(metric[0], 0.0))
         invalid = record["results"][run.task].get("invalid,none")
+        top1 = record["results"][run.task].get("top1,none")
         prepass = list((record.get("prepass") or {}).values())
         out[run.name] = {"metric": metric[0], "score": metric[1], "items": items, "wall_seconds": record.get("wall_seconds"),
                          "prepass_seconds": sum(p["wall_seconds"] for p in prepass) if prepass else None,
                          "model_calls": sum(u["calls"] for p in prepass for u in p["usage"].values()) if prepass else None,
                          "prompt_tokens": sum(u["prompt_tokens"] for p in prepass for u in p["usage"].values()) if prepass else None,
-                         "invalid": None if invalid is None else 100 * float(invalid), "finetune": record.get("finetune")}
+                         "invalid": None if invalid is None else 100 * float(invalid), "finetune": record.get("finetune"),
+                         "top1": None if top1 is None or metric[0] == "top1" else 100 * float(top1)}
     return out
 
 
@@ -226,7 +234,12 @@ def render(exp: Experiment) -> Path:
     stats = paired_statistics(runs, done, reference)
     missing = [r.name for r in runs if r.name not in done]
     md = [f"# {exp.name}\n", exp.description or "", f"\nRuns with results: {len(done)} of {len(runs)}; missing cells are "
-          f"marked {MISSING}. Accuracy in % (RareArena: top-1 recall).\n\n", markdown_table(exp, rows)]
+          f"marked {MISSING}. Accuracy in % (RareArena: top-5 recall; top-1 below. The paper does not name its "
+          "RareArena metric: its GPT-4o cells lie between RareArena's published top-1 and top-5 recalls).\n\n",
+          markdown_table(exp, rows)]
+    top1 = {name: {**got, "score": got["top1"]} for name, got in done.items() if got.get("top1") is not None}
+    if top1:
+        md.append("\n## RareArena top-1 recall (%)\n\n" + markdown_table(exp, result_rows(exp, runs, top1)))
     md.append(f"\n## Paired statistics (against {reference}, same items)\n\n| model | window | benchmark | method | n | "
               "Δ acc (pts) | 95% CI | McNemar p |\n|---|---|---|---|---|---|---|---|\n")
     md += [f"| {s['model']} | {s['window']} | {s['benchmark']} | {s['method']} | {s['n']} | {s['diff']:+.2f} | "

@@ -30,14 +30,24 @@ class MethodConfig:
     unit: str = "passage"  # evidence unit: passage (fits a 4K window) or document (paper-faithful)
     fusion: str = "union"
     retrieve_k: int = 10  # per retriever
-    classify: bool = True
+    # None: classify whenever a stage needs the labels (the reformulator its EBM category, the reranker's f_g its
+    # question type); false together with reformulate or rerank is a contradiction and an error
+    classify: bool | None = None
     reformulate: bool = True
     rerank: bool = True
     cot: bool = True
     cot_in_first_query: bool = False  # Med-R²-CoT
+    # Does the target see its own question's CoT before answering? None: the method's paper rule -- Med-R²: no
+    # (§3.4: CoTs serve as demonstrations; the target reasons for itself); LLM-AMT: yes (its LLM reader answers
+    # with the knowledge and its own reasoning).
+    answer_with_cot: bool | None = None
     coarse: str = "llm"  # llm | cross_encoder
     cross_encoder: str = "BAAI/bge-reranker-v2-m3"
     coarse_k: int = 5
+    # What the coarse reranker (and LLM-AMT's relevance filter) judges relevance against. The paper reranks D
+    # "based on semantic relevance to the current query": the iteration's retrieval query (question +
+    # reformulation + option-free CoT). "question": the question stem alone.
+    rerank_query: str = "query"
     conflict: ConflictConfig = field(default_factory=ConflictConfig)
     alpha: float = 1.0
     delta: float = 6.85
@@ -48,6 +58,7 @@ class MethodConfig:
     max_demos: int | None = None  # cap on the demonstration pool (None: Table 7's n-shot, the whole pool)
     target_tokenizer: str = "embedded:gemma-270m"
     decision_mode: str = "closed_set"  # closed_set | generate
+    label_scoring: str = "letters"  # closed-set menus: letters (one token a label) | token_mean (names, per token)
     max_doc_tokens: int = 384  # document text given to LLM judges
     cot_max_new_tokens: int = 96
     reformulate_max_new_tokens: int = 48
@@ -63,10 +74,22 @@ class MethodConfig:
             raise ValueError(f"unknown role {unknown[0]!r}; valid roles: {', '.join(ROLES)}")
         if self.unit not in ("passage", "document"):
             raise ValueError(f"unit must be passage or document, found {self.unit!r}")
+        if self.label_scoring not in ("letters", "token_mean"):
+            raise ValueError(f"label_scoring must be letters or token_mean, found {self.label_scoring!r}")
+        if self.rerank_query not in ("query", "question"):
+            raise ValueError(f"rerank_query must be query or question, found {self.rerank_query!r}")
         if self.coarse not in ("llm", "cross_encoder"):
             raise ValueError(f"coarse must be llm or cross_encoder, found {self.coarse!r}")
         if self.pipeline not in PIPELINES:
             raise ValueError(f"pipeline must be one of {', '.join(PIPELINES)}, found {self.pipeline!r}")
+        needed = self.reformulate or self.rerank
+        if self.classify is None:
+            object.__setattr__(self, "classify", needed)
+        elif not self.classify and needed:
+            raise ValueError("classify: false contradicts reformulate/rerank: the reformulator needs the EBM category "
+                             "and the reranker's f_g the question type (leave classify unset)")
+        if self.answer_with_cot is None:
+            object.__setattr__(self, "answer_with_cot", self.pipeline == "llm_amt")
         safe_component(self.method, "method name")
         safe_component(self.index, "index name")
         for name in ("iterations", "retrieve_k", "coarse_k", "window", "max_doc_tokens", "cot_max_new_tokens",

@@ -84,11 +84,13 @@ def usefulness(m: MedR2, questions: list[str], candidates: list[list[dict]]) -> 
     return [[next(scores) for _ in hits] for hits in candidates]
 
 
-def refine(m: MedR2, questions: list[str], candidates: list[list[dict]]) -> list[list[dict]]:
-    """The self-refiner: relevance filter, then usefulness filter on the survivors (retrieval order kept)."""
+def refine(m: MedR2, questions: list[str], queries: list[str], candidates: list[list[dict]]) -> list[list[dict]]:
+    """The self-refiner: relevance filter (an LLM judge, against the query ``rerank_query`` names, as Med-R²'s
+    coarse rerank), then usefulness filter on the survivors against the question (retrieval order kept)."""
     cfg = m.cfg
     relevant = [[{**h, "relevance": s} for h, s in zip(hits, scores) if s > cfg.relevance_threshold]
-                for hits, scores in zip(candidates, m.relevance(questions, candidates))]
+                for hits, scores in zip(candidates, m.relevance(m.rerank_queries(questions, queries), candidates,
+                                                                scorer="llm"))]
     kept = [[{**h, "usefulness": s} for h, s in zip(hits, scores) if s > cfg.usefulness_threshold]
             for hits, scores in zip(relevant, usefulness(m, questions, relevant))]
     m.counts["refiner_dropped_irrelevant"] += sum(len(c) - len(r) for c, r in zip(candidates, relevant))
@@ -105,22 +107,23 @@ def prepare(m: MedR2, benchmark: str, questions: list[Question], pmids: list[str
     cfg = m.cfg
     augmented = augment(m, questions)
     candidates = m.retrieve([a["query"] for a in augmented], pmids)
-    kept = refine(m, [q.question for q in questions], candidates)
+    kept = refine(m, [q.question for q in questions], [a["query"] for a in augmented], candidates)
     selected = [select_evidence(m, hits) for hits in kept]
     cots = m.cached("cot", [[q.question, q.options, [h["text"] for h in sel]] for q, sel in zip(questions, selected)],
                     {"model": m.ids["cot"], "max_new_tokens": cfg.cot_max_new_tokens, "version": GENERATION_VERSION},
                     lambda xs: _cots(m, xs))
     packs = []
     with m.stage("pack"):
-        question_tokens = m.target_tokens([with_reasoning(question_prompt(benchmark, q), c["cot"])
-                                           for q, c in zip(questions, cots)])
-        for q_tokens, sel, cand, aug, c in zip(question_tokens, selected, candidates, augmented, cots):
+        reasoning = [c["cot"] if cfg.answer_with_cot else None for c in cots]
+        question_tokens = m.target_tokens([with_reasoning(question_prompt(benchmark, q), r)
+                                           for q, r in zip(questions, reasoning)])
+        for q_tokens, sel, cand, aug, c, r in zip(question_tokens, selected, candidates, augmented, cots, reasoning):
             ev_tokens = m.target_tokens([f"[{i}] {h['text']}\n" for i, h in enumerate(sel, 1)])
             packed = pack(q_tokens, ev_tokens, [], cfg.window, cfg.evidence_share)
             m.counts["question_over_window"] += packed.question_over_window
             used = [sel[i] for i in packed.evidence]
             packs.append({
-                "prefix": render_evidence([h["text"] for h in used]), "reasoning": c["cot"],
+                "prefix": render_evidence([h["text"] for h in used]), "reasoning": r,
                 "evidence": [{**_evidence_record(h), "relevance": h["relevance"], "usefulness": h["usefulness"]}
                              for h in used],
                 "effective_k": len(used), "n_demos": 0, "prompt_tokens": packed.tokens, "cot": c["cot"],

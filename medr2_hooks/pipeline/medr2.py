@@ -24,7 +24,7 @@ from ..cache import StageCache
 from ..data.orphanet import normalise
 from ..data.record import Question
 from ..llm import BackendPool
-from ..llm.closed_set import label_distribution
+from ..llm.closed_set import LABEL_SCORING_VERSION, label_distribution
 from ..llm.openai_backend import EndpointError
 from ..rerank import fine
 from .config import ROLES, MethodConfig
@@ -70,6 +70,11 @@ class MedR2:
             self._target_tok.model_max_length = 10**9
         return [len(ids) for ids in self._target_tok(texts, add_special_tokens=False)["input_ids"]]
 
+    @property
+    def label_rule(self) -> str:
+        """How closed-set menus were scored, in the cache config of every stage that uses one."""
+        return f"{LABEL_SCORING_VERSION}:{self.cfg.label_scoring}"
+
     def llm(self, role: str):
         return self.pool.get(self.cfg.role(role))
 
@@ -98,9 +103,10 @@ class MedR2:
         if not self.cfg.classify:
             return [{"ebm": "other", "qtype": "factual", "ebm_probs": None, "qtype_probs": None, "parsed": True}] * len(questions)
         out = self.cached("classify", [q.question for q in questions],
-                          {"model": self.ids["classifier"], "mode": self.cfg.decision_mode},
+                          {"model": self.ids["classifier"], "mode": self.cfg.decision_mode, "labels": self.label_rule},
                           lambda qs: [x.to_json() for x in classify_stage.classify(self.llm("classifier"), qs,
-                                                                                    self.cfg.decision_mode)])
+                                                                                    self.cfg.decision_mode,
+                                                                                    self.cfg.label_scoring)])
         self.counts["classify_parse_failures"] += sum(not x["parsed"] for x in out)
         return out
 
@@ -174,36 +180,43 @@ class MedR2:
         self.counts["no_documents_retrieved"] += sum(not hits for hits in out)
         return out
 
-    def relevance(self, questions: list[str], candidates: list[list[dict]]) -> list[list[float]]:
-        """A relevance score per (question, candidate): the cross-encoder's sigmoid score, or the LLM judge's
-        probability of "yes". One cache stage, shared by Med-R²'s coarse rerank and LLM-AMT's refiner."""
-        if self.cfg.coarse == "cross_encoder":
+    def relevance(self, queries: list[str], candidates: list[list[dict]], scorer: str | None = None) -> list[list[float]]:
+        """A relevance score per (query, candidate): the cross-encoder's sigmoid score, or the LLM judge's
+        probability of "yes" (``scorer``: ``llm`` | ``cross_encoder``, default the config's ``coarse``). One cache
+        stage, shared by Med-R²'s coarse rerank and LLM-AMT's refiner (which always passes ``llm``: its paper's
+        relevance filter is an LLM yes/no judge)."""
+        if (scorer or self.cfg.coarse) == "cross_encoder":
             from ..rerank.coarse import CrossEncoderReranker
 
             model_id = f"cross_encoder:{self.cfg.cross_encoder}"
-            scorer = lambda: CrossEncoderReranker(self.cfg.cross_encoder)  # noqa: E731
+            make = lambda: CrossEncoderReranker(self.cfg.cross_encoder)  # noqa: E731
         else:
             from ..rerank.coarse import LLMReranker
 
             model_id = f"llm:{self.ids['relevance']}"
-            scorer = lambda: LLMReranker(self.llm("relevance"), self.cfg.max_doc_tokens)  # noqa: E731
-        pairs = [[q, h["text"]] for q, hits in zip(questions, candidates) for h in hits]
+            make = lambda: LLMReranker(self.llm("relevance"), self.cfg.max_doc_tokens)  # noqa: E731
+        pairs = [[q, h["text"]] for q, hits in zip(queries, candidates) for h in hits]
         state = {}
 
         def compute(items):
-            state.setdefault("scorer", scorer())
+            state.setdefault("scorer", make())
             return state["scorer"].score([tuple(x) for x in items])
 
         scores = iter(self.cached("coarse", pairs, {"model": model_id, "max_doc_tokens": self.cfg.max_doc_tokens},
                                   compute, batch_size=128))
         return [[next(scores) for _ in hits] for hits in candidates]
 
-    def coarse(self, questions: list[str], candidates: list[list[dict]]) -> list[list[dict]]:
-        """Keep the top ``coarse_k`` of each candidate set by relevance (input order when reranking is off)."""
+    def rerank_queries(self, questions: list[str], queries: list[str]) -> list[str]:
+        """What relevance is judged against (``rerank_query``): the current retrieval query, or the question."""
+        return queries if self.cfg.rerank_query == "query" else questions
+
+    def coarse(self, queries: list[str], candidates: list[list[dict]]) -> list[list[dict]]:
+        """Keep the top ``coarse_k`` of each candidate set by relevance to ``queries`` (see
+        :meth:`rerank_queries`; input order when reranking is off)."""
         if not self.cfg.rerank:
             return [c[: self.cfg.coarse_k] for c in candidates]
         out = []
-        for hits, scores in zip(candidates, self.relevance(questions, candidates)):
+        for hits, scores in zip(candidates, self.relevance(queries, candidates)):
             scored = sorted(({**h, "coarse": s} for h, s in zip(hits, scores)), key=lambda h: -h["coarse"])
             out.append(scored[: self.cfg.coarse_k])
         return out
@@ -224,11 +237,13 @@ class MedR2:
 
         levels = dict(zip(keys, self.cached(
             "evidence_level", [[docs[k]["text"], docs[k]["source_type"]] for k in keys],
-            {"model": self.ids["leveler"], "max_doc_tokens": judge_len},
-            lambda xs: fine.evidence_levels(*judged("leveler", [x[0] for x in xs]), [x[1] for x in xs]))))
+            {"model": self.ids["leveler"], "max_doc_tokens": judge_len, "labels": self.label_rule},
+            lambda xs: fine.evidence_levels(*judged("leveler", [x[0] for x in xs]), [x[1] for x in xs],
+                                            cfg.label_scoring))))
         types = dict(zip(keys, self.cached(
-            "doc_type", [docs[k]["text"] for k in keys], {"model": self.ids["doc_typer"], "max_doc_tokens": judge_len},
-            lambda xs: fine.doc_type_distributions(*judged("doc_typer", xs)))))
+            "doc_type", [docs[k]["text"] for k in keys],
+            {"model": self.ids["doc_typer"], "max_doc_tokens": judge_len, "labels": self.label_rule},
+            lambda xs: fine.doc_type_distributions(*judged("doc_typer", xs), cfg.label_scoring))))
 
         def losses(items):
             # Rule: an empty reference answer (M_F generated nothing) has no loss to lower: f_u = 0, counted above.
@@ -244,7 +259,7 @@ class MedR2:
             return fine.conflicts(backend, [[backend.truncate(d, judge_len) for d in docs_] for docs_ in sets],
                                   cfg.conflict)
 
-        loss = self.cached("usefulness", [{"q": q.question, "ref": r["text"], "docs": [h["text"] for h in hits]}
+        loss = self.cached("usefulness", [{"q": q.question, "ref": answer_text(r), "docs": [h["text"] for h in hits]}
                                           for q, r, hits in zip(questions, refs, coarse)],
                            {"model": self.ids["proxy"], "max_doc_tokens": judge_len}, losses, batch_size=8)
         conflict_pairs = self.cached(
@@ -266,6 +281,13 @@ class MedR2:
             kept = [s for i, s in enumerate(scored) if i not in dropped]
             out.append(sorted(kept, key=lambda s: -s["F"]))
         return out
+
+
+def answer_text(reference: dict) -> str:
+    """The reference answer as the usefulness proxy scores it: the answer's text alone ("Ceftriaxone", not
+    "D. Ceftriaxone"), since the proxy's prompt (question + document, no options) never shows the letters."""
+    label, text = reference.get("label") or "", reference["text"]
+    return text[len(label) + 2:] if label and text.startswith(f"{label}. ") else text
 
 
 def _doc_key(hit: dict) -> str:

@@ -37,10 +37,11 @@ def iterate(m: MedR2, questions: list[Question], pmids: list[str | None]) -> lis
         active = [i for i, s in enumerate(state) if not s["done"]]
         if not active:
             break
-        queries = [iteration_query(questions[i].question, reforms[i], state[i]["cot"], t, cfg.cot_in_first_query)
+        queries = [iteration_query(questions[i].question, reforms[i], state[i]["cot"], t, cfg.cot_in_first_query,
+                                   questions[i].options)
                    for i in active]
         candidates = m.retrieve(queries, [pmids[i] for i in active])
-        coarse = m.coarse([questions[i].question for i in active], candidates)
+        coarse = m.coarse(m.rerank_queries([questions[i].question for i in active], queries), candidates)
         ranked = m.fine([questions[i] for i in active], [labels[i] for i in active], [refs[i] for i in active], coarse)
         selected = [select_evidence(m, hits) for hits in ranked]
         if cfg.cot:
@@ -109,8 +110,10 @@ def prepare(m: MedR2, benchmark: str, questions: list[Question], pmids: list[str
     demo_tokens = m.target_tokens(demo_texts)
     packs = []
     with m.stage("pack"):
-        question_tokens = m.target_tokens([question_prompt(benchmark, q) for q in questions])
-        for q_tokens, s in zip(question_tokens, q_states):
+        reasoning = [s["cot"] if m.cfg.answer_with_cot else None for s in q_states]
+        question_tokens = m.target_tokens([with_reasoning(question_prompt(benchmark, q), r)
+                                           for q, r in zip(questions, reasoning)])
+        for q_tokens, s, r in zip(question_tokens, q_states, reasoning):
             evidence = s.get("evidence", [])
             ev_tokens = m.target_tokens([f"[{i}] {h['text']}\n" for i, h in enumerate(evidence, 1)])
             packed = pack(q_tokens, ev_tokens, demo_tokens, m.cfg.window, m.cfg.evidence_share)
@@ -118,7 +121,7 @@ def prepare(m: MedR2, benchmark: str, questions: list[Question], pmids: list[str
             used = [evidence[i] for i in packed.evidence]
             prefix = "".join(demo_texts[i] for i in packed.demos) + render_evidence([h["text"] for h in used])
             packs.append({
-                "prefix": prefix, "evidence": [_evidence_record(h) for h in used], "effective_k": len(used),
+                "prefix": prefix, "reasoning": r, "evidence": [_evidence_record(h) for h in used], "effective_k": len(used),
                 "n_demos": len(packed.demos), "prompt_tokens": packed.tokens, "cot": s["cot"],
                 "iterations": s["iterations"], "stopped_at": s["stopped_at"], "labels": s["labels"],
                 "reformulation": s["reformulation"], "reference": s["reference"],

@@ -3,10 +3,15 @@ instruction (paper Table 4, in our words). From iteration 2 the previous chain o
 retrieval query (``q_EBM + q_CoT``); never at iteration 1 unless the Med-R²-CoT variant asks for it.
 
 Only the question text reaches this stage: options and answers never do. A reformulation that comes back
-empty or unusable is replaced by the original question, and counted.
+empty or unusable is replaced by the original question, and counted. The CoT was generated from a prompt that
+lists the options, so before it joins a retrieval query every option text and option-letter reference is cut
+out of it (:func:`without_options`): the retriever sees the question, its reformulation and the CoT's reasoning,
+never the options.
 """
 
 from __future__ import annotations
+
+import re
 
 INSTRUCTIONS = {
     "diagnosis": "Name the condition to be diagnosed and ask how accurate, sensitive or specific the relevant "
@@ -62,8 +67,29 @@ def retrieval_query(question: str, reformulation: str | None, cot: str | None) -
     return "\n".join(parts)
 
 
+_LETTER_REFS = re.compile(
+    r"\((?:[A-J])\)|(?<![\w])(?:options?|choices?|answers?)(?:\s+(?:is|are|was))?\s*[:=]?\s*\(?[A-J]\)?(?![\w'’])"
+    r"|(?m:^\s*[A-J][.)](?=\s))", re.IGNORECASE)
+
+
+def without_options(text: str, options: dict[str, str] | None) -> str:
+    """``text`` with each option's text and every option-letter reference ("(C)", "answer is C", "option B",
+    a line opening "D.") removed. Options whose text is their own label (PubMedQA's yes/no/maybe) are no
+    option texts to remove."""
+    if not text:
+        return text
+    texts = sorted({t.strip() for label, t in (options or {}).items() if t.strip() and t.strip() != label},
+                   key=len, reverse=True)
+    for option_text in texts:
+        text = re.sub(rf"(?<!\w){re.escape(option_text)}(?!\w)", " ", text, flags=re.IGNORECASE)
+    if options:
+        text = _LETTER_REFS.sub(" ", text)
+    return re.sub(r"[ \t]+", " ", text).strip()
+
+
 def iteration_query(question: str, reformulation: str | None, previous_cot: str | None, t: int,
-                    cot_in_first_query: bool = False) -> str:
-    """The retrieval query of Alg. 2 iteration ``t``: the CoT joins from t = 2 (from t = 1 for Med-R²-CoT)."""
+                    cot_in_first_query: bool = False, options: dict[str, str] | None = None) -> str:
+    """The retrieval query of Alg. 2 iteration ``t``: the CoT (option texts and letters removed) joins from
+    t = 2 (from t = 1 for Med-R²-CoT)."""
     use_cot = t > 1 or cot_in_first_query
-    return retrieval_query(question, reformulation, previous_cot if use_cot else None)
+    return retrieval_query(question, reformulation, without_options(previous_cot, options) if use_cot else None)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..config import in_range
 from ..corpus.document import GUIDELINE_LEVEL
-from ..llm.closed_set import label_distribution
+from ..llm.closed_set import answer_instruction, choice_distribution, label_distribution, lettered
 
 # evidence level name -> e (1 = most credible); f_h = 9 − (e − 1): meta-analysis 9 ... expert opinion 1
 EVIDENCE_LEVELS = {
@@ -67,20 +67,21 @@ def fine_score(fh: float, fg: float, fu: float, alpha: float = 1.0) -> float:
 
 
 # -- the model-backed factors (document-only ones are cached per document by the pipeline) ----------------------
-def level_prompt(document: str) -> str:
-    return ("Which kind of evidence is this medical text? Choose one: " + ", ".join(EVIDENCE_LEVELS) + ".\n\n"
-            f"Text: {document}\nKind of evidence:")
+def level_prompt(document: str, scoring: str = "letters") -> str:
+    return (f"Text: {document}\n\nWhich kind of evidence is this medical text?\n{lettered(list(EVIDENCE_LEVELS))}\n"
+            f"{answer_instruction('kind of evidence', scoring)}\nAnswer:")
 
 
-def doc_type_prompt(document: str) -> str:
-    return ("Which kind of text is this? Choose one: " + ", ".join(DOC_TYPES) + ".\n\n"
-            f"Text: {document}\nKind of text:")
+def doc_type_prompt(document: str, scoring: str = "letters") -> str:
+    return (f"Text: {document}\n\nWhich kind of text is this?\n{lettered(list(DOC_TYPES))}\n"
+            f"{answer_instruction('kind of text', scoring)}\nAnswer:")
 
 
-def evidence_levels(backend, documents: list[str], source_types: list[str]) -> list[dict]:
+def evidence_levels(backend, documents: list[str], source_types: list[str], scoring: str = "letters") -> list[dict]:
     """``{"level": e, "probs": {...}}`` per document; guidelines fixed at e = 3 without a model call."""
     need = [i for i, s in enumerate(source_types) if s != "guideline"]
-    probs = label_distribution(backend, [level_prompt(documents[i]) for i in need], list(EVIDENCE_LEVELS), "leveler")
+    probs = choice_distribution(backend, [level_prompt(documents[i], scoring) for i in need], list(EVIDENCE_LEVELS),
+                                "leveler", scoring)
     out = [{"level": GUIDELINE_LEVEL, "probs": None, "fixed": True} for _ in documents]
     for i, p in zip(need, probs):
         name = list(EVIDENCE_LEVELS)[int(np.argmax(p))]
@@ -88,8 +89,9 @@ def evidence_levels(backend, documents: list[str], source_types: list[str]) -> l
     return out
 
 
-def doc_type_distributions(backend, documents: list[str]) -> list[dict[str, float]]:
-    probs = label_distribution(backend, [doc_type_prompt(d) for d in documents], list(DOC_TYPES), "doc_typer")
+def doc_type_distributions(backend, documents: list[str], scoring: str = "letters") -> list[dict[str, float]]:
+    probs = choice_distribution(backend, [doc_type_prompt(d, scoring) for d in documents], list(DOC_TYPES),
+                                "doc_typer", scoring)
     return [dict(zip(DOC_TYPES, map(float, p))) for p in probs]
 
 
