@@ -156,7 +156,7 @@ def _task_method(path):
     import yaml
 
     from medr2_hooks import settings
-    from medr2_hooks.lmeval.medr2 import _merge
+    from medr2_hooks.lmeval.prepass import merge as _merge
     from medr2_hooks.pipeline.config import MethodConfig
 
     class Loader(yaml.SafeLoader):

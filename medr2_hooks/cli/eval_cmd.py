@@ -32,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wandb_project", default="medr2")
     parser.add_argument("--wandb_group", help="W&B group (default: the task list)")
     parser.add_argument("--no_wandb", action="store_true", help="do not create a W&B run")
+    parser.add_argument("--no_prepare", action="store_true",
+                        help="run retrieval pre-passes inside lm-eval's dataset hook instead of `medr2 prepare` first")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         wandb_project=args.wandb_project,
         wandb_group=args.wandb_group,
         run_name=args.run_name,
+        prepare=not args.no_prepare,
     )
     run_eval(cfg)
     return 0

@@ -20,7 +20,9 @@ COMMANDS = {
     "judge": ("medr2_hooks.cli.judge_cmd", "re-grade a RareArena run's diagnoses with an LLM judge"),
     "index": ("medr2_hooks.cli.index_cmd", "build, inspect and search evidence indexes"),
     "models": ("medr2_hooks.cli.models_cmd", "resolve embedded model names to local folders"),
+    "prepare": ("medr2_hooks.cli.prepare_cmd", "run retrieval tasks' pre-pass before evaluation (sharded, Ray)"),
     "report": ("medr2_hooks.cli.report_cmd", "render an experiment's results: paper-layout tables, statistics, figures"),
+    "serve": ("medr2_hooks.cli.serve_cmd", "OpenAI-compatible completions server over a local model (vllm serve stand-in)"),
     "sweep": ("medr2_hooks.cli.sweep_cmd", "expand an experiment config into runs and execute them (resumable)"),
     "tasks": ("medr2_hooks.cli.tasks_cmd", "list the lm-eval tasks and groups this package ships"),
 }

@@ -7,11 +7,19 @@ Credentials: name an environment variable (``api_key_env``, default ``OPENAI_API
 ``api_key`` into a config; either way the key is only sent as a header, and recorded configs are redacted.
 A server that cannot be reached, or answers with an error, raises :class:`EndpointError` naming the role
 (the caller's usage label), the endpoint and the model.
+
+Throughput: a call's prompts go out as requests of ``request_batch`` prompts, ``concurrency`` of them in flight
+at once (set per role in its backend spec), so a ``vllm serve`` endpoint's continuous batching stays full.
+Transient failures (connection errors, timeouts, HTTP 429 and 5xx) are retried ``max_retries`` times with
+exponential backoff; anything else fails at once.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import Medr2Error
 from .backend import Usage, cut_at_stop
@@ -23,14 +31,16 @@ class EndpointError(Medr2Error):
 
 class OpenAIBackend:
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, timeout: float = 600,
-                 max_length: int = 32768, tokenizer: str | None = None, api_key_env: str = "OPENAI_API_KEY"):
-        import requests
-
-        self.session = requests.Session()
+                 max_length: int = 32768, tokenizer: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+                 concurrency: int = 4, request_batch: int = 16, max_retries: int = 4, backoff: float = 1.0):
+        if concurrency < 1 or request_batch < 1 or max_retries < 0:
+            raise ValueError("concurrency and request_batch must be >= 1, max_retries >= 0")
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL", "http://localhost:8000/v1")).rstrip("/")
         key = api_key or os.environ.get(api_key_env)
-        if key:
-            self.session.headers["Authorization"] = f"Bearer {key}"
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._local = threading.local()
+        self.concurrency, self.request_batch = concurrency, request_batch
+        self.max_retries, self.backoff = max_retries, backoff
         self.model, self.model_id, self.timeout, self.max_length = model, f"{model}@{self.base_url}", timeout, max_length
         self._tok = None
         if tokenizer:
@@ -39,19 +49,59 @@ class OpenAIBackend:
             self._tok = AutoTokenizer.from_pretrained(tokenizer)
         self.usage = Usage()
 
+    @property
+    def session(self):
+        """One HTTP session per thread (requests' sessions are not shared across threads)."""
+        if not hasattr(self._local, "session"):
+            import requests
+
+            self._local.session = requests.Session()
+            self._local.session.headers.update(self._headers)
+        return self._local.session
+
     def _post(self, path: str, payload: dict, role: str) -> dict:
         import requests
 
         url = f"{self.base_url}/{path}"
-        try:
-            response = self.session.post(url, json={"model": self.model, **payload}, timeout=self.timeout)
-            response.raise_for_status()
-            return response.json()
-        except requests.RequestException as exc:
-            reason = (f"HTTP {exc.response.status_code}: {exc.response.text[:200]}" if exc.response is not None
-                      else f"{type(exc).__name__}: {exc}")
-            raise EndpointError(f"role {role!r}: the OpenAI-compatible endpoint {url} (model {self.model!r}) failed: "
-                                f"{reason}. Is the server running (vllm serve ...) at that base_url?") from None
+        for attempt in range(self.max_retries + 1):
+            try:
+                response = self.session.post(url, json={"model": self.model, **payload}, timeout=self.timeout)
+                response.raise_for_status()
+                return response.json()
+            except requests.RequestException as exc:
+                status = exc.response.status_code if exc.response is not None else None
+                transient = status is None or status == 429 or status >= 500
+                if transient and attempt < self.max_retries:
+                    time.sleep(self.backoff * 2 ** attempt)
+                    continue
+                reason = (f"HTTP {status}: {exc.response.text[:200]}" if exc.response is not None
+                          else f"{type(exc).__name__}: {exc}")
+                tries = f" after {attempt + 1} attempts" if attempt else ""
+                raise EndpointError(f"role {role!r}: the OpenAI-compatible endpoint {url} (model {self.model!r}) "
+                                    f"failed{tries}: {reason}. Is the server running (vllm serve ...) at that "
+                                    "base_url?") from None
+        raise AssertionError("unreachable")
+
+    def _complete(self, prompts: list[str], payload: dict, role: str) -> tuple[list[dict], dict]:
+        """Choices for ``prompts`` in order (``request_batch`` prompts a request, ``concurrency`` requests in
+        flight), and the summed usage."""
+        chunks = [prompts[i:i + self.request_batch] for i in range(0, len(prompts), self.request_batch)]
+        call = lambda chunk: self._post("completions", {"prompt": chunk, **payload}, role)  # noqa: E731
+        if len(chunks) == 1 or self.concurrency == 1:
+            bodies = [call(c) for c in chunks]
+        else:
+            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(chunks))) as pool:
+                bodies = list(pool.map(call, chunks))
+        choices: list[dict] = []
+        usage = {"prompt_tokens": 0, "completion_tokens": 0}
+        for chunk, body in zip(chunks, bodies):
+            ordered = sorted(body["choices"], key=lambda c: c["index"])
+            if len(ordered) != len(chunk):
+                raise EndpointError(f"role {role!r}: {self.base_url} answered {len(ordered)} choices for {len(chunk)} prompts")
+            choices += ordered
+            for k in usage:
+                usage[k] += (body.get("usage") or {}).get(k, 0) or 0
+        return choices, usage
 
     def count_tokens(self, texts: list[str]) -> list[int]:
         if self._tok is not None:
@@ -72,24 +122,18 @@ class OpenAIBackend:
 
     def generate(self, prompts: list[str], max_new_tokens: int, stop: list[str] | None = None,
                  role: str = "generate") -> list[str]:
-        body = self._post("completions", {"prompt": prompts, "max_tokens": max_new_tokens, "temperature": 0.0,
-                                          **({"stop": stop} if stop else {})}, role)
-        texts = [""] * len(prompts)
-        for choice in body["choices"]:
-            texts[choice["index"]] = cut_at_stop(choice["text"], stop)
-        usage = body.get("usage", {})
-        self.usage.add(role, len(prompts), usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
-        return texts
+        choices, usage = self._complete(prompts, {"max_tokens": max_new_tokens, "temperature": 0.0,
+                                                  **({"stop": stop} if stop else {})}, role)
+        self.usage.add(role, len(prompts), usage["prompt_tokens"], usage["completion_tokens"])
+        return [cut_at_stop(c["text"], stop) for c in choices]
 
     def score(self, prompts: list[str], continuations: list[str], role: str = "score") -> list[tuple[float, int]]:
-        body = self._post("completions", {"prompt": [p + c for p, c in zip(prompts, continuations)], "max_tokens": 0,
-                                          "echo": True, "logprobs": 1, "temperature": 0.0}, role)
-        out: list[tuple[float, int]] = [(0.0, 0)] * len(prompts)
-        for choice in body["choices"]:
-            i = choice["index"]
+        choices, usage = self._complete([p + c for p, c in zip(prompts, continuations)],
+                                        {"max_tokens": 0, "echo": True, "logprobs": 1, "temperature": 0.0}, role)
+        out: list[tuple[float, int]] = []
+        for prompt, choice in zip(prompts, choices):
             lp = choice["logprobs"]
-            start = len(prompts[i])
-            picked = [(tok_lp or 0.0) for off, tok_lp in zip(lp["text_offset"], lp["token_logprobs"]) if off >= start]
-            out[i] = (float(sum(picked)), len(picked))
-        self.usage.add(role, len(prompts), body.get("usage", {}).get("prompt_tokens", 0))
+            picked = [(tok_lp or 0.0) for off, tok_lp in zip(lp["text_offset"], lp["token_logprobs"]) if off >= len(prompt)]
+            out.append((float(sum(picked)), len(picked)))
+        self.usage.add(role, len(prompts), usage["prompt_tokens"])
         return out

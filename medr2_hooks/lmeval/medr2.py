@@ -16,92 +16,76 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+import time
 from pathlib import Path
 
-from .. import data, settings
 from ..apply import prompts
-from ..cache import stable_hash
-from ..config import ConfigError
 from ..data.record import Record
-from ..fs import atomic_write_text, safe_component
+from ..fs import atomic_write_text
 from ..redact import redact
-from ..pipeline.config import MethodConfig
-from .direct import refuse_trained, select
+from .prepass import PrepassSpec, distributed_rank, prepared_prefix, prepass_spec, read_packs, write_packs
 
 log = logging.getLogger(__name__)
-
-
-def _merge(base: dict, override: dict) -> dict:
-    out = dict(base)
-    for k, v in override.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-@dataclass(frozen=True)
-class PrepassSpec:
-    """Everything that determines a task's pre-pass: benchmark, subject/split, the resolved method config and
-    the items. Its :attr:`key` (a hash of that content) names the pre-pass record, so a run finds exactly the
-    records of its own tasks and concurrent runs with other settings never share one."""
-
-    benchmark: str
-    subject: str | None
-    split: str | None
-    source: str
-    cfg: MethodConfig
-    eval_records: list[Record]
-    demos: list[Record]
-
-    def identity(self) -> dict:
-        return {"benchmark": self.benchmark, "subject": self.subject, "split": self.split, "source": self.source,
-                "method": redact(self.cfg.to_json()), "eval_ids": [r.id for r in self.eval_records],
-                "demo_ids": [r.id for r in self.demos]}
-
-    @property
-    def key(self) -> str:
-        return stable_hash(self.identity())[:20]
-
-    @property
-    def record_path(self) -> Path:
-        name = "_".join(x for x in (self.cfg.method, self.benchmark, self.subject) if x)
-        return settings.results_dir() / "prepass" / f"{safe_component(name, 'pre-pass record name')}__{self.key}.json"
-
-
-def prepass_spec(benchmark: str, method: dict | None = None, variant: dict | None = None, source: str = "local",
-                 data_dir: str | None = None, subject: str | None = None, limit: int | None = None,
-                 split: str | None = None, trained_items: list[str] | None = None,
-                 cases_file: str | dict | None = None, **metadata) -> PrepassSpec:
-    """The pre-pass of a task from the keyword arguments lm-eval gives its ``custom_dataset`` hook (task
-    metadata merged with ``--metadata``, then ``dataset_kwargs``)."""
-    # settings: the template's method, the task's variant (e.g. Med-R²-CoT), then the user's overrides
-    merged = _merge(_merge(method or {}, variant or {}), metadata.pop("method_override", {}) or {})
-    cfg = MethodConfig.from_dict(merged, f"{benchmark} method")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0):
-        raise ConfigError(f"{benchmark}: metadata limit must be a number >= 0, found {limit!r}")
-    pools = data.pools(benchmark, source=source, data_dir=data_dir, cases_file=cases_file)
-    eval_records = select(pools.eval, subject, split)
-    refuse_trained(benchmark, eval_records, trained_items, limit)
-    if limit:
-        eval_records = eval_records[: int(limit)]
-    demos = pools.demos[: cfg.max_demos] if cfg.max_demos is not None else pools.demos
-    return PrepassSpec(benchmark, subject, split, source, cfg, list(eval_records), list(demos))
+RANK_WAIT_S = 7 * 24 * 3600  # ranks > 0 wait this long for rank 0's packs
 
 
 def load_dataset(**kwargs):
     import datasets
 
-    from ..pipeline.medr2 import MedR2
-
     spec = prepass_spec(**kwargs)
-    packs, record = prepare_records(MedR2(spec.cfg), spec.benchmark, spec.eval_records, spec.demos)
-    record.update(benchmark=spec.benchmark, subject=spec.subject, key=spec.key, identity=spec.identity())
-    _write_record(redact(record), spec.record_path)
+    spec, packs = packs_for(spec)
     rows = []
     for r, p in zip(spec.eval_records, packs):
+        p = dict(p)
         rows.append({**r.to_doc(), "benchmark": spec.benchmark, "prefix": p.pop("prefix"),
                      "reasoning": p.pop("reasoning", None) or "", "provenance": json.dumps(p, ensure_ascii=False)})
     return datasets.DatasetDict(test=datasets.Dataset.from_list(rows))
+
+
+def packs_for(spec: PrepassSpec) -> tuple[PrepassSpec, list[dict]]:
+    """The task's packs: prepared by ``medr2 prepare`` (no model call here), else made in this process. Under
+    ``accelerate launch`` only rank 0 makes them; the other ranks wait for its artifact."""
+    packs = read_packs(spec.packs_path, spec)
+    if packs is not None:
+        log.info("%s: prepared packs %s (no pre-pass in this process)", spec.name, spec.packs_path)
+        return spec, packs
+    prefix = prepared_prefix(spec)
+    if prefix is not None:
+        log.warning("%s: using the packs `medr2 prepare --limit %d` made, so this task evaluates the first %d of "
+                    "its %d items only (run `medr2 prepare` without --limit for all of them)", spec.name,
+                    len(prefix.eval_records), len(prefix.eval_records), len(spec.eval_records))
+        return prefix, read_packs(prefix.packs_path, prefix)
+    rank, world = distributed_rank()
+    if rank > 0:
+        return spec, _wait_for_packs(spec, rank)
+    log.warning("%s: nothing prepared for these settings: running the pre-pass in this process (run `medr2 "
+                "prepare` first to keep role models off the target's device)", spec.name)
+    return spec, run_prepass(spec)[0]
+
+
+def _wait_for_packs(spec: PrepassSpec, rank: int) -> list[dict]:
+    log.info("%s: rank %d waits for rank 0's packs at %s", spec.name, rank, spec.packs_path)
+    deadline = time.time() + RANK_WAIT_S
+    while time.time() < deadline:
+        packs = read_packs(spec.packs_path, spec)
+        if packs is not None:
+            return packs
+        time.sleep(5)
+    raise TimeoutError(f"{spec.name}: rank {rank} waited {RANK_WAIT_S} s for {spec.packs_path}")
+
+
+def run_prepass(spec: PrepassSpec, write: bool = True, shard: str | None = None,
+                record_path: Path | None = None) -> tuple[list[dict], dict]:
+    """Run the method's pre-pass over the spec's items (every stage cached); write its record (at
+    ``record_path``, default the spec's) and, with ``write``, its packs."""
+    from ..pipeline.medr2 import MedR2
+
+    packs, record = prepare_records(MedR2(spec.cfg), spec.benchmark, spec.eval_records, spec.demos)
+    record.update(benchmark=spec.benchmark, subject=spec.subject, key=spec.key, identity=spec.identity(), shard=shard)
+    if write:
+        record["packs"] = dict(zip(("packs", "sha256"), map(str, write_packs(spec, packs))))
+    _write_record(redact(record), record_path or spec.record_path)
+    return packs, record
 
 
 PREPARE = {"medr2": "medr2_hooks.pipeline.run:prepare", "llm_amt": "medr2_hooks.pipeline.llm_amt:prepare"}

@@ -29,7 +29,7 @@ from .registry import check_tasks
 # Gemma-3 has a 262,144-token vocabulary and lm-eval's hf backend keeps full-vocabulary float32 logits per
 # batch: batch 16 was killed at 24 GB on MMLU-Med prompts, batch 4 runs (method-notes §7). Retrieval tasks
 # carry ~2,000-token prompts: batch 4 peaked at 23.4 GB there, so they get batch 1.
-EMBEDDED_BATCH_SIZE = {"embedded:gemma-270m": 4}
+EMBEDDED_BATCH_SIZE = {"embedded:gemma-270m": 4, "embedded:smollm2-135m-instruct": 8}
 LONG_PROMPT_TASKS = ("medr2", "vanilla_rag", "llm_amt")
 
 
@@ -59,6 +59,7 @@ class EvalConfig:
     wandb_group: str | None = None
     wandb_tags: list[str] = field(default_factory=list)
     run_name: str | None = None
+    prepare: bool = True  # run the retrieval tasks' pre-pass in its own process before the target model loads
 
 
 def parse_model_args(text: str) -> dict[str, str]:
@@ -104,7 +105,7 @@ def default_run_name(tasks: list[str], model: str) -> str:
 def prepass_records(configs: dict) -> dict:
     """The pre-pass record of each retrieval task in lm-eval's ``results["configs"]``, found by the content
     that determines it (benchmark, subject, resolved method config, items), never by file times."""
-    from .medr2 import prepass_spec
+    from .prepass import prepass_spec
 
     out = {}
     for task, tcfg in configs.items():
@@ -113,7 +114,28 @@ def prepass_records(configs: dict) -> dict:
             continue  # not a retrieval task: no pre-pass
         path = prepass_spec(**{**metadata, **kwargs}).record_path
         out[task] = json.loads(path.read_text()) if path.is_file() else {"missing": str(path)}
+        shards = sorted(path.parent.glob(f"{path.stem}.shard-*.json"))
+        if shards:  # the records of the shards that filled the cache the packs were assembled from
+            out[task]["shards"] = [json.loads(p.read_text()) for p in shards]
     return out
+
+
+def prepare_in_subprocess(tasks: list[str], metadata: dict) -> dict:
+    """``medr2 prepare`` for the retrieval tasks among ``tasks``, in its own process: its role models are gone
+    before lm-eval loads the target, and the hooks then only read the packs. ``{}`` when no task has a pre-pass."""
+    import sys
+
+    from .prepass import task_hook_kwargs
+
+    retrieval = list(task_hook_kwargs(tasks, metadata))
+    if not retrieval:
+        return {}
+    command = [sys.executable, "-m", "medr2_hooks.cli.main", "prepare", "--tasks", ",".join(retrieval),
+               "--metadata", json.dumps(metadata), "--json"]
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True)  # stderr: the prepare log, to the user
+    if done.returncode != 0:
+        raise Medr2Error(f"medr2 prepare failed (exit {done.returncode}) for {', '.join(retrieval)}; see its log above")
+    return json.loads(done.stdout)
 
 
 def _check(cfg: "EvalConfig") -> None:
@@ -180,6 +202,7 @@ def run_eval(cfg: EvalConfig) -> dict:
     out_dir = Path(cfg.output_path) if cfg.output_path else settings.results_dir() / "runs" / name
 
     started = time.time()
+    prepared = prepare_in_subprocess(cfg.tasks, metadata) if cfg.prepare else {}
     results = simple_evaluate(
         model=lm_model,
         model_args=model_args,
@@ -223,6 +246,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         "versions": _versions(),
         "hardware": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()},
         "prepass": prepass,
+        "prepared": prepared,
         "finetune": {k: v for k, v in training.items() if k not in ("trained_items", "losses")} if training else None,
         "results": results["results"],
         "groups": results.get("groups", {}),

@@ -1,0 +1,110 @@
+"""A role stage against a served model: requests in flight one at a time vs several at once.
+
+    python bench/bench_served.py [--model embedded:gemma-270m] [--pairs 64] [--concurrency 1 4] [--json]
+
+Starts ``medr2 serve`` (the local OpenAI-compatible server; ``vllm serve`` speaks the same protocol) in a
+subprocess, then runs the coarse-rerank LLM judge (yes/no closed-set scoring, the stage with the most calls in
+a Med-R² pre-pass) over ``--pairs`` (question, passage) pairs of MedQA-USMLE questions and demo-index passages
+through :class:`OpenAIBackend` with each ``--concurrency``, ``--request-batch`` prompts per request. Prints
+seconds, prompt tokens/s and the ratio to the first concurrency; the scores must agree across settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, seconds: float = 300) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"{url}/models", timeout=2).read()
+            return
+        except OSError:
+            time.sleep(1)
+    raise SystemExit(f"server at {url} did not come up in {seconds} s")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="embedded:gemma-270m")
+    parser.add_argument("--pairs", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--request-batch", type=int, default=4)
+    parser.add_argument("--server-batch", type=int, default=8, help="the server's prompts per forward pass")
+    parser.add_argument("--max-doc-tokens", type=int, default=128)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    from medr2_hooks import data
+    from medr2_hooks.corpus.store import CorpusStore
+    from medr2_hooks.llm.openai_backend import OpenAIBackend
+    from medr2_hooks.rerank.coarse import LLMReranker
+    from medr2_hooks.retrieve.build import ensure_index
+
+    store = CorpusStore(ensure_index("textbooks_demo", log=lambda *_: None) / "corpus")
+    questions = [r.question for r in data.pools("medqa_usmle").eval[:8]]
+    passages = store.passage_texts(range(0, 8 * 37, 37))
+    pairs = [(q, p) for q in questions for p in passages][: args.pairs]
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    server = subprocess.Popen([sys.executable, "-m", "medr2_hooks.cli.main", "serve", "--model", args.model,
+                               "--port", str(port), "--batch-size", str(args.server_batch), "--max-batch", "64"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(url)
+        from medr2_hooks.llm.embedded import resolve
+
+        rows, reference = [], None
+        for c in args.concurrency:
+            backend = OpenAIBackend("served", base_url=url, tokenizer=resolve(args.model), concurrency=c,
+                                    request_batch=args.request_batch)
+            judge = LLMReranker(backend, args.max_doc_tokens)
+            judge.score(pairs[: args.request_batch])  # warm-up
+            backend.usage = type(backend.usage)()
+            started = time.perf_counter()
+            scores = judge.score(pairs)
+            seconds = time.perf_counter() - started
+            tokens = backend.usage.to_json()["prompt_tokens"]
+            reference = reference or scores
+            rows.append({"concurrency": c, "seconds": round(seconds, 2), "prompt_tokens": tokens,
+                         "tokens_per_s": round(tokens / seconds, 1),
+                         "max_score_diff_vs_first": max(abs(a - b) for a, b in zip(scores, reference))})
+    finally:
+        server.terminate()
+        server.wait(30)
+    for row in rows:
+        row["ratio"] = round(row["tokens_per_s"] / rows[0]["tokens_per_s"], 2)
+    report = {"model": args.model, "pairs": len(pairs), "request_batch": args.request_batch,
+              "server_batch": args.server_batch, "runs": rows}
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    print(f"coarse-rerank judge over {len(pairs)} pairs, {args.model} served by medr2 serve "
+          f"({args.request_batch} prompts a request, server batch {args.server_batch})")
+    for row in rows:
+        print(f"  concurrency {row['concurrency']:>2}: {row['seconds']:>7.2f} s  {row['tokens_per_s']:>8.1f} prompt tok/s  "
+              f"x{row['ratio']:.2f}  (max |score diff| {row['max_score_diff_vs_first']:.1e})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""``medr2 prepare``: the pre-pass of retrieval tasks as its own stage, before any target model loads.
+
+Each task's pre-pass runs to completion (every stage cached), its packs are written as an artifact named by
+their content (:mod:`.prepass`), and the process exits, releasing every role model. The lm-eval hook then
+only reads the packs.
+
+Sharding runs on existing engines: ``--shard i/n`` (0 <= i < n) prepares items ``i, i+n, …`` of every task's
+evaluation items and demonstrations, writing only to the shared content-addressed stage cache (a Slurm array
+task, a ``wandb agent`` run, or a Ray worker each take one shard); an unsharded ``medr2 prepare`` afterwards
+assembles the packs from the cache without a model call. ``--ray`` does both on a Ray cluster: one shard per
+worker (one GPU each when the cluster has GPUs), then the assembly on the driver. The cache folder
+(``MEDR2_CACHE_DIR``) must be on a filesystem every worker sees.
+
+A shard's values are the values an unsharded run computes when each model call's result does not depend on
+which other prompts share its batch (one prompt per batch, or a batch-invariant engine); with batched float
+kernels the last bits of a score can differ between batch compositions.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from ..errors import Medr2Error
+from .prepass import prepass_spec, read_packs, task_hook_kwargs
+
+# settings every worker needs to see the same data, cache and results as the driver
+SHARED_ENV = ("MEDR2_DATA_DIR", "MEDR2_CACHE_DIR", "MEDR2_RESULTS_DIR", "HF_HUB_OFFLINE", "HF_HOME",
+              "OPENAI_BASE_URL", "TOKENIZERS_PARALLELISM")
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Shard":
+        head, sep, tail = text.partition("/")
+        if not (sep and head.isdigit() and tail.isdigit()) or not 0 <= int(head) < int(tail):
+            raise Medr2Error(f"--shard: expected i/n with 0 <= i < n (e.g. 0/4, or $SLURM_ARRAY_TASK_ID/4), "
+                             f"found {text!r}")
+        return cls(int(head), int(tail))
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def prepare_tasks(tasks: list[str], metadata: dict | None = None, shard: Shard | None = None, log=print) -> dict:
+    """Prepare every retrieval task among ``tasks``; per task, what was written (packs path and sha256, record)."""
+    from ..retrieve.build import ensure_index
+    from .medr2 import run_prepass
+
+    hooks = task_hook_kwargs(tasks, metadata)
+    if not hooks:
+        raise Medr2Error(f"none of {', '.join(tasks)} has a pre-pass (direct tasks need none)")
+    out = {}
+    for task, kwargs in hooks.items():
+        spec = prepass_spec(**kwargs)
+        ensure_index(spec.cfg.index, log=log)
+        started = time.perf_counter()
+        if shard is not None:
+            part = spec.shard(shard.index, shard.count)
+            # named after the whole task's pre-pass, so the evaluation over the assembled packs finds it
+            record_path = spec.record_path.with_name(f"{spec.record_path.stem}.shard-{shard.index}of{shard.count}.json")
+            run_prepass(part, write=False, shard=str(shard), record_path=record_path)
+            out[task] = {"shard": str(shard), "items": len(part.eval_records), "demos": len(part.demos),
+                         "record": str(record_path), "seconds": round(time.perf_counter() - started, 2)}
+            log(f"{task}: shard {shard}: {len(part.eval_records)} items + {len(part.demos)} demonstrations cached")
+            continue
+        if read_packs(spec.packs_path, spec) is not None:
+            from ..corpus.store import file_sha256
+
+            out[task] = {"packs": str(spec.packs_path), "sha256": file_sha256(spec.packs_path),
+                         "record": str(spec.record_path), "items": len(spec.eval_records), "reused": True}
+            log(f"{task}: already prepared: {spec.packs_path}")
+            continue
+        _, record = run_prepass(spec)
+        calls = sum(u["calls"] for u in record["usage"].values())
+        out[task] = {**record["packs"], "record": str(spec.record_path), "items": len(spec.eval_records),
+                     "model_calls": calls, "seconds": round(time.perf_counter() - started, 2)}
+        log(f"{task}: {len(spec.eval_records)} items prepared in {out[task]['seconds']} s ({calls} model calls): "
+            f"{record['packs']['packs']}")
+    return out
+
+
+def _ray_shard(tasks: list[str], metadata: dict | None, shard: Shard, env: dict) -> dict:
+    os.environ.update(env)
+    return prepare_tasks(tasks, metadata, shard, log=lambda *_: None)
+
+
+def prepare_with_ray(tasks: list[str], metadata: dict | None, workers: int | None = None,
+                     address: str | None = None, log=print) -> dict:
+    """One shard per Ray worker (a GPU each when the cluster has GPUs), then the assembly here."""
+    import ray
+
+    ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
+             **({} if address else {"num_cpus": workers or os.cpu_count()}))
+    try:
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+        count = workers or gpus or int(ray.cluster_resources().get("CPU", 1))
+        remote = ray.remote(num_gpus=1 if gpus else 0, num_cpus=1)(_ray_shard)
+        env = {k: os.environ[k] for k in SHARED_ENV if k in os.environ}
+        log(f"ray: {count} shards on {ray.cluster_resources()}")
+        shards = ray.get([remote.remote(tasks, metadata, Shard(i, count), env) for i in range(count)])
+    finally:
+        ray.shutdown()
+    out = prepare_tasks(tasks, metadata, log=log)
+    for task in out:
+        out[task]["shards"] = [s[task] for s in shards]
+    return out
