@@ -59,8 +59,11 @@ class HFBackend:
             return f"{system}\n\n{user}" if system else user
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        # the tokenizer adds BOS itself when it has one to add (Gemma); SmolLM2's "BOS" is <|im_start|>, which it
+        # never prepends, so its template text must stay whole
         bos = self.tokenizer.bos_token or ""
-        return text[len(bos):] if bos and text.startswith(bos) else text  # the tokenizer adds BOS itself
+        adds_bos = bool(bos) and self.tokenizer("a")["input_ids"][:1] == [self.tokenizer.bos_token_id]
+        return text[len(bos):] if adds_bos and text.startswith(bos) else text
 
     # -- model calls ---------------------------------------------------------------------------------
     def _batches(self, n: int, lengths: list[int]):
