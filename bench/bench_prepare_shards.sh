@@ -1,11 +1,11 @@
 #!/bin/bash
 # medqa_usmle_medr2 on 20 items, CPU twin settings, one prompt per forward pass: unsharded vs 2 shards (run at the
 # same time, as two array tasks would) + assembly, each with its own fresh stage cache; packs compared byte for byte.
-cd /work/main
-export MEDR2_DATA_DIR=/work/shared/data HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
+cd "$(dirname "$0")/.."
+export MEDR2_DATA_DIR=${MEDR2_DATA_DIR:-$(cd .. && pwd)/shared/data} HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
 MD='{"method_override": {"iterations": 2, "retrieve_k": 3, "coarse_k": 3, "conflict": {"top": 2}, "max_demos": 2, "cot_max_new_tokens": 32, "reformulate_max_new_tokens": 24, "max_doc_tokens": 128, "llm": {"backend": "hf", "model": "embedded:gemma-270m", "batch_size": 1}}}'
 R=${OUT_DIR:-/tmp/medr2-shards}; rm -rf $R; mkdir -p $R
-for c in A B; do mkdir -p $R/$c; ln -s ~/.cache/medr2/indexes $R/$c/indexes; ln -s ~/.cache/medr2/models $R/$c/models; done
+for c in A B; do mkdir -p $R/$c; ln -s ${MEDR2_CACHE_DIR:-~/.cache/medr2}/indexes $R/$c/indexes; ln -s ${MEDR2_CACHE_DIR:-~/.cache/medr2}/models $R/$c/models; done
 t0=$(date +%s.%N)
 MEDR2_CACHE_DIR=$R/A MEDR2_RESULTS_DIR=$R/A-res .venv/bin/medr2 prepare --tasks medqa_usmle_medr2 --limit 20 --metadata "$MD" --json > $R/A.json 2> $R/A.err
 t1=$(date +%s.%N)
