@@ -153,13 +153,14 @@ class StageCache:
             values = compute([todo[k] for k in chunk])
             if len(values) != len(chunk):
                 raise RuntimeError(f"stage {stage}: computed {len(values)} values for {len(chunk)} inputs")
-            bad = [v for v in values if not conforms(json.loads(json.dumps(v)), shape)]
+            produced = dict(zip(chunk, values))
+            # the same JSON round trip a later cache hit goes through, so both runs see identical values
+            decoded = json.loads(json.dumps(produced, ensure_ascii=False))
+            bad = [v for v in decoded.values() if not conforms(v, shape)]
             if bad:
                 raise RuntimeError(f"stage {stage}: computed a value of the wrong shape: {bad[0]!r:.200}")
-            produced = dict(zip(chunk, values))
             self.put_many(stage, produced, config)
-            # the same JSON round trip a later cache hit goes through, so both runs see identical values
-            found.update(json.loads(json.dumps(produced, ensure_ascii=False)))
+            found.update(decoded)
         return [found[k] for k in keys]
 
     def close(self) -> None:
