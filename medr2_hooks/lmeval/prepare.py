@@ -69,7 +69,9 @@ def prepare_tasks(tasks: list[str], metadata: dict | None = None, shard: Shard |
                          "record": str(record_path), "seconds": round(time.perf_counter() - started, 2)}
             log(f"{task}: shard {shard}: {len(part.eval_records)} items + {len(part.demos)} demonstrations cached")
             continue
-        if read_packs(spec.packs_path, spec) is not None:
+        # reused only with this results folder's record beside them: packs live in the user's cache and outlive
+        # a results folder; without the record the run could not say how its packs were made (stages cached)
+        if spec.record_path.is_file() and read_packs(spec.packs_path, spec) is not None:
             from ..corpus.store import file_sha256
 
             out[task] = {"packs": str(spec.packs_path), "sha256": file_sha256(spec.packs_path),
