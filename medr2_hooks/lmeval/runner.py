@@ -62,14 +62,44 @@ class EvalConfig:
     prepare: bool = True  # run the retrieval tasks' pre-pass in its own process before the target model loads
 
 
-def parse_model_args(text: str) -> dict[str, str]:
-    pairs = [p for p in text.split(",") if p.strip()]
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas outside brackets and quotes (a JSON value may hold commas)."""
+    parts, depth, quote, start = [], 0, None, 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p for p in parts if p.strip()]
+
+
+def parse_model_args(text: str) -> dict:
+    """``key=value,...`` as lm-eval reads it, except that a JSON object or list value is kept whole and decoded
+    (vLLM's ``hf_overrides={"rope_scaling": {...}}``, which lm-eval's comma split would cut apart)."""
+    from lm_eval.utils import handle_arg_string
+
     out = {}
-    for pair in pairs:
+    for pair in _split_top_level(text):
         key, sep, value = pair.partition("=")
         if not sep:
             raise ValueError(f"--model_args: expected key=value, found {pair!r}")
-        out[key.strip()] = value.strip()
+        value = value.strip()
+        if value.startswith(("[", "{")):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"--model_args: {key.strip()}: invalid JSON {value!r}: {exc}") from None
+        else:
+            value = handle_arg_string(value)  # lm-eval's own typing of "true", "4", "0.9"
+        out[key.strip()] = value
     return out
 
 
