@@ -13,9 +13,8 @@ from medr2_hooks.experiments.expand import expand
 
 
 @pytest.mark.parametrize("name, runs", [
-    ("table2", 3 * 5 * 4),  # no fine-tuned checkpoints configured: those cells stay missing
-    ("table2_embedded", 5), ("table8", 16), ("table9", 4 * 5 * 2 * 6), ("table9_embedded", 6),
-    ("table10", 8 * 5), ("table10_embedded", 9), ("figure4", 25),
+    ("table2", 6 * 5 * 5), ("table2_embedded", 5), ("table8", 6 * 5 * 4), ("table9", 4 * 5 * 2 * 6),
+    ("table9_embedded", 6), ("table10", 6 * 9 * 5), ("table10_embedded", 9), ("figure4", 6 * 5),
 ])
 def test_each_config_expands_to_its_number_of_runs(name, runs):
     expanded = expand(load_experiment(name))

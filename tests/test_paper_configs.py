@@ -3,6 +3,8 @@ paper needs it (each test failed on 44f83a9)."""
 
 from __future__ import annotations
 
+import csv
+
 import pytest
 
 from medr2_hooks.config import ConfigError
@@ -14,7 +16,7 @@ PAPER = ("table2", "table8", "table9", "table10", "figure4")
 
 @pytest.mark.parametrize("name", PAPER)
 def test_no_paper_run_judges_with_an_embedded_model(name):
-    runs = [r for r in expand(load_experiment(name)) if r.resolved]
+    runs = [r for r in expand(load_experiment(name)) if "roles" in r.resolved]
     assert runs
     for run in runs:
         models = run.resolved["roles"]
@@ -39,6 +41,73 @@ def test_yarn_applies_above_32k_only():
     runs = [r for r in expand(load_experiment("table9")) if r.model.startswith("qwen")]
     for run in runs:
         assert ("rope_scaling" in run.model_args) == (run.window > 32768), run.name
+
+
+def test_yarn_model_args_reach_vllm_whole():
+    """lm-eval splits model_args on every comma, which cuts the JSON of hf_overrides apart; ours keeps it whole."""
+    from medr2_hooks.lmeval.runner import resolve_model
+
+    run = next(r for r in expand(load_experiment("table9")) if r.model == "qwen2.5-32b" and r.window == 131072)
+    model, args = resolve_model(run.lm_model, run.model_args)
+    assert model == "vllm" and args["tensor_parallel_size"] == 2 and args["max_length"] == 131072
+    assert args["hf_overrides"] == {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                     "original_max_position_embeddings": 32768}}
+
+
+PAPER_TABLES = {"2": "table2", "8": "table8", "9": "table9", "10": "table10"}
+
+
+def test_every_numeric_paper_cell_has_a_run():
+    from medr2_hooks.experiments.report import PAPER_NUMBERS
+
+    cells = {(load_experiment(name).paper_table, r.model, r.method, r.benchmark, r.window)
+             for name in PAPER_TABLES.values() for r in expand(load_experiment(name))}
+    with open(PAPER_NUMBERS, encoding="utf-8") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["method"] != "reported" and r["benchmark"] != "average"]
+    assert len(rows) > 700
+    missing = [r for r in rows if (r["table"], r["model"].lower(), r["method"], r["benchmark"], int(r["window"]))
+               not in cells]
+    assert missing == []
+
+
+def test_table2_fine_tuning_is_three_checkpoints_per_target():
+    from medr2_hooks.finetune.recipe import load_recipe
+
+    runs = expand(load_experiment("table2"))
+    assert len({r.model for r in runs}) == 6
+    tuned = [r for r in runs if r.method == "finetune"]
+    assert len(tuned) == 30
+    for model in {r.model for r in runs}:
+        by_bench = {r.benchmark: r.resolved for r in tuned if r.model == model}
+        assert len({v["checkpoint"] for v in by_bench.values()}) == 3
+        # cross-dataset: PubMedQA and MMLU-Med are scored on the MedMCQA checkpoint
+        assert by_bench["pubmedqa"]["checkpoint"] == by_bench["mmlu_med"]["checkpoint"] == by_bench["medmcqa"]["checkpoint"]
+        assert f"pretrained={by_bench['medqa_usmle']['checkpoint']}" in next(
+            r.model_args for r in tuned if r.model == model and r.benchmark == "medqa_usmle")
+        assert f"--model {by_bench['medmcqa']['base_model']}" in by_bench["medmcqa"]["train"]
+    usmle = load_recipe("paper_medqa_usmle_within").train[0]
+    assert (usmle.source, usmle.split) == ("medqa_release", "train")  # the 5-option release, as evaluated
+
+
+def test_a_finetune_cell_without_a_checkpoint_is_an_error():
+    target = ModelSpec(name="m", model="vllm", model_args="pretrained=org/m")
+    with pytest.raises(ValueError, match="no checkpoint for the finetune cells of pubmedqa"):
+        Experiment(name="x", models=[target], methods=["finetune"], benchmarks=["medmcqa", "pubmedqa"],
+                   finetune={"medmcqa": "paper_medmcqa_within"})
+    with pytest.raises(ValueError, match="does not list medmcqa under evaluate"):
+        Experiment(name="x", models=[target], methods=["finetune"], benchmarks=["medmcqa"],
+                   finetune={"medmcqa": "paper_medqa_usmle_within"})
+
+
+def test_a_sweep_refuses_an_untrained_checkpoint_and_says_how_to_train_it(tmp_path):
+    from medr2_hooks.errors import Medr2Error
+    from medr2_hooks.experiments.sweep import execute
+
+    target = ModelSpec(name="m", model="vllm", model_args="pretrained=org/m", checkpoints=str(tmp_path))
+    exp = Experiment(name="x", models=[target], methods=["finetune"], benchmarks=["medmcqa"],
+                     finetune={"medmcqa": "paper_medmcqa_within"})
+    with pytest.raises(Medr2Error, match="train it first: accelerate launch .* paper_medmcqa_within --model org/m"):
+        execute(expand(exp)[0], wandb=False)
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("recipe", help="a recipe name in finetune/recipes/ or a YAML path")
     parser.add_argument("--max_steps", type=int, help="bound the number of optimizer steps")
+    parser.add_argument("--model", help="the model to train (default: the recipe's; experiments train one per target)")
     parser.add_argument("--output_dir", help="where checkpoints go (default: $MEDR2_CACHE_DIR/finetune/<name>)")
     parser.add_argument("--no_wandb", action="store_true", help="do not log the loss curve to W&B (offline)")
 
@@ -31,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
     from ..finetune.recipe import load_recipe
     from ..finetune.train import train
 
-    overrides = {k: v for k, v in (("max_steps", args.max_steps), ("output_dir", args.output_dir)) if v is not None}
+    overrides = {k: v for k, v in (("max_steps", args.max_steps), ("output_dir", args.output_dir),
+                                                    ("model", args.model)) if v is not None}
     recipe = load_recipe(args.recipe, overrides)
     wb = None
     if not args.no_wandb and int(os.environ.get("LOCAL_RANK", "0")) == 0:

@@ -28,7 +28,8 @@ class ModelSpec:
     model: str = "hf"  # lm-eval model type or an embedded: name
     model_args: str = ""
     tokenizer: str | None = None  # the target tokenizer for window packing (default: the pretrained path)
-    finetuned: str | None = None  # checkpoint folder for the finetune method
+    finetuned: str | None = None  # one checkpoint folder for every benchmark's finetune cell (the CPU twin)
+    checkpoints: str | None = None  # folder of this target's per-recipe checkpoints (default: cache/finetune/<name>)
     max_window: int | None = None  # the longest window the model takes (Qwen beyond 32K: YaRN in model_args)
     role_set: str | None = None  # the roles' models for this target (experiments/roles.yaml)
     long_model_args: str = ""  # added to model_args above LONG_WINDOW only (Qwen2.5: YaRN rope scaling)
@@ -49,6 +50,9 @@ class Experiment:
     paper_table: str | None = None  # the paper's table printed beside ours ("2", "8", "9", "10")
     # A non-embedded target whose roles resolve to an embedded model is an error at expansion unless this is set.
     allow_embedded_roles: bool = False
+    # The finetune method's checkpoint per benchmark, as a recipe in finetune/recipes/ trained once per target:
+    # within-dataset (the benchmark's own training split) or cross-dataset (another's, e.g. MedMCQA -> PubMedQA).
+    finetune: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         safe_component(self.name, "experiment name")
@@ -64,6 +68,28 @@ class Experiment:
         bad = sorted(set(self.method_overrides) - set(self.methods))
         if bad:
             raise ValueError(f"method_overrides names {bad[0]!r}, which is not among this experiment's methods")
+        self._check_finetune()
+
+    def _check_finetune(self) -> None:
+        """Every finetune cell has a checkpoint: the model's single ``finetuned`` folder or the recipe that the
+        ``finetune`` map names for its benchmark, a recipe that evaluates that benchmark."""
+        from ..finetune.recipe import load_recipe
+
+        if self.finetune and "finetune" not in self.methods:
+            raise ValueError("finetune maps benchmarks to recipes but 'finetune' is not among the methods")
+        for benchmark, recipe_name in self.finetune.items():
+            if benchmark not in self.benchmarks:
+                raise ValueError(f"finetune names benchmark {benchmark!r}, which is not among this experiment's")
+            recipe = load_recipe(recipe_name)
+            if benchmark not in {s.benchmark for s in recipe.evaluate}:
+                raise ValueError(f"finetune: recipe {recipe_name} does not list {benchmark} under evaluate, so "
+                                 "nothing keeps its training items out of that benchmark's scored items")
+        if "finetune" in self.methods:
+            for model in self.models:
+                missing = [b for b in self.benchmarks if b not in self.finetune and not model.finetuned]
+                if missing:
+                    raise ValueError(f"model {model.name} has no checkpoint for the finetune cells of "
+                                     f"{', '.join(missing)}: give it `finetuned:` or map them in `finetune:`")
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -80,6 +106,22 @@ def role_set(name: str) -> dict:
     return {"llm": dict(sets[name]["llm"]), "roles": {k: dict(v) for k, v in (sets[name].get("roles") or {}).items()}}
 
 
+MODELS = settings.REPO_ROOT / "experiments" / "models.yaml"
+
+
+def _model_entry(entry, where: str):
+    """A model of an experiment: a name declared in ``experiments/models.yaml``, ``{use: <name>, ...}`` (that
+    model with fields changed) or a full mapping."""
+    if not isinstance(entry, (str, dict)) or (isinstance(entry, dict) and "use" not in entry):
+        return entry
+    name = entry if isinstance(entry, str) else entry["use"]
+    declared = load_yaml(MODELS).get("models") or {}
+    if name not in declared:
+        raise ConfigError(f"{where}: model {name!r} is not declared in {MODELS}; declared: {', '.join(declared)}")
+    changes = {} if isinstance(entry, str) else {k: v for k, v in entry.items() if k != "use"}
+    return {"name": name, **declared[name], **changes}
+
+
 def load_experiment(name_or_path: str) -> Experiment:
     from pathlib import Path
 
@@ -89,4 +131,7 @@ def load_experiment(name_or_path: str) -> Experiment:
     if not path.is_file():
         known = sorted(p.stem for p in (settings.REPO_ROOT / "experiments").glob("*.yaml"))
         raise ConfigError(f"no experiment {name_or_path!r}: give a YAML path or one of: {', '.join(known)}")
-    return from_dict(Experiment, load_yaml(path), str(path))
+    raw = load_yaml(path)
+    if isinstance(raw.get("models"), list):
+        raw["models"] = [_model_entry(m, str(path)) for m in raw["models"]]
+    return from_dict(Experiment, raw, str(path))

@@ -7,6 +7,7 @@ re-runs only packing and answering. Each run is one ``medr2 eval`` (one task) wi
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -59,15 +60,15 @@ def expand(exp: Experiment) -> list[Run]:
     for spec in exp.models:
         for benchmark in exp.benchmarks:
             for method in exp.methods:
-                if method == "finetune" and not spec.finetuned:
-                    continue  # no checkpoint for this model: the cell stays missing in the report
                 windows = [w for w in sorted(exp.windows) if spec.max_window is None or w <= spec.max_window]
                 for window in windows if method != "finetune" else windows[:1]:
                     metadata = dict(exp.metadata)
                     model_args, lm_model = spec.model_args, spec.model
-                    if method == "finetune":  # the same direct task, on the checkpoint
-                        checkpoint = Path(spec.finetuned).expanduser()
-                        model_args = ",".join(a for a in (f"pretrained={checkpoint}", model_args) if a)
+                    resolved = {}
+                    if method == "finetune":  # the same direct task, on the benchmark's checkpoint
+                        resolved = finetune_checkpoint(exp, spec, benchmark)
+                        model_args = ",".join(a for a in (f"pretrained={resolved['checkpoint']}",
+                                                          _without_pretrained(model_args)) if a)
                         lm_model = "hf" if spec.model.startswith("embedded:") else spec.model
                     if method in RETRIEVAL:
                         override = {**exp.method_override, **exp.method_overrides.get(method, {}), "window": window}
@@ -86,9 +87,33 @@ def expand(exp: Experiment) -> list[Run]:
                     if len(exp.windows) > 1 and not spec.model.startswith("embedded:"):
                         model_args = ",".join(a for a in (model_args, f"max_length={window}") if a)
                     runs.append(Run(exp.name, spec.name, method, benchmark, window, _task(method, benchmark),
-                                    lm_model, model_args, exp.limit, metadata,
-                                    resolved if method in RETRIEVAL else {}))
+                                    lm_model, model_args, exp.limit, metadata, resolved))
     return runs
+
+
+def _without_pretrained(model_args: str) -> str:
+    return ",".join(a for a in model_args.split(",") if a and not a.startswith("pretrained="))
+
+
+def _pretrained(spec) -> str:
+    found = [a.split("=", 1)[1] for a in spec.model_args.split(",") if a.startswith("pretrained=")]
+    return found[0] if found else spec.model
+
+
+def finetune_checkpoint(exp: Experiment, spec, benchmark: str) -> dict:
+    """The checkpoint a finetune cell evaluates and how it is made: the model's one ``finetuned`` folder, or
+    ``<checkpoints>/<recipe>/final`` for the recipe the experiment maps the benchmark to, trained from the target."""
+    from .. import settings
+
+    recipe = exp.finetune.get(benchmark)
+    if recipe is None:
+        return {"checkpoint": str(Path(spec.finetuned).expanduser())}
+    root = Path(os.path.expandvars(spec.checkpoints)).expanduser() if spec.checkpoints else \
+        settings.cache_dir() / "finetune" / spec.name
+    base = _pretrained(spec)
+    return {"checkpoint": str(root / recipe / "final"), "recipe": recipe, "base_model": base,
+            "train": f"accelerate launch --config_file finetune/accelerate/multi_gpu_fsdp.yaml -m medr2_hooks.finetune "
+                     f"{recipe} --model {base} --output_dir {root / recipe}"}
 
 
 def _resolved(exp: Experiment, spec, method: str, override: dict) -> dict:

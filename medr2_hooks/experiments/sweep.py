@@ -23,7 +23,13 @@ def run_dir(run: Run) -> Path:
 
 
 def execute(run: Run, wandb: bool = True) -> dict:
+    from ..errors import Medr2Error
     from ..lmeval.runner import EvalConfig, run_eval
+
+    checkpoint = run.resolved.get("checkpoint")
+    if checkpoint and not (Path(checkpoint) / "config.json").is_file():
+        how = f"; train it first: {run.resolved['train']}" if "train" in run.resolved else ""
+        raise Medr2Error(f"{run.name}: no fine-tuned checkpoint at {checkpoint}{how}")
 
     cfg = EvalConfig(tasks=[run.task], model=run.lm_model, model_args=run.model_args, limit=run.limit,
                      metadata=run.metadata, run_name=run.name, wandb=wandb, wandb_group=run.experiment,

@@ -51,7 +51,9 @@ def item_ids(spec: ItemSlice) -> list[str]:
 
 
 def check_no_overlap(train: list[str], recipe: FinetuneRecipe) -> None:
-    evaluated = {i for spec in recipe.evaluate for i in item_ids(spec)}
+    # ids carry their benchmark, so only evaluation slices of a trained benchmark can overlap (and only they are read)
+    trained = {spec.benchmark for spec in recipe.train}
+    evaluated = {i for spec in recipe.evaluate if spec.benchmark in trained for i in item_ids(spec)}
     both = sorted(set(train) & evaluated)
     if both:
         raise ConfigError(f"recipe {recipe.name}: {len(both)} training items are also evaluated "
