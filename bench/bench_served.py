@@ -14,32 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(url: str, seconds: float = 300) -> None:
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(f"{url}/models", timeout=2).read()
-            return
-        except OSError:
-            time.sleep(1)
-    raise SystemExit(f"server at {url} did not come up in {seconds} s")
 
 
 def main() -> int:
@@ -50,6 +30,7 @@ def main() -> int:
     parser.add_argument("--request-batch", type=int, default=4)
     parser.add_argument("--server-batch", type=int, default=8, help="the server's prompts per forward pass")
     parser.add_argument("--max-doc-tokens", type=int, default=128)
+    parser.add_argument("--port", type=int, default=18301)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -64,16 +45,11 @@ def main() -> int:
     passages = store.passage_texts(range(0, 8 * 37, 37))
     pairs = [(q, p) for q in questions for p in passages][: args.pairs]
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/v1"
-    server = subprocess.Popen([sys.executable, "-m", "medr2_hooks.cli.main", "serve", "--model", args.model,
-                               "--port", str(port), "--batch-size", str(args.server_batch), "--max-batch", "64"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_ready(url)
-        from medr2_hooks.llm.embedded import resolve
+    from medr2_hooks.llm.embedded import resolve
+    from medr2_hooks.llm.serve import serve_process
 
-        rows, reference = [], None
+    rows, reference = [], None
+    with serve_process(args.model, args.port, name="served", batch_size=args.server_batch) as url:
         for c in args.concurrency:
             backend = OpenAIBackend("served", base_url=url, tokenizer=resolve(args.model), concurrency=c,
                                     request_batch=args.request_batch)
@@ -88,9 +64,6 @@ def main() -> int:
             rows.append({"concurrency": c, "seconds": round(seconds, 2), "prompt_tokens": tokens,
                          "tokens_per_s": round(tokens / seconds, 1),
                          "max_score_diff_vs_first": max(abs(a - b) for a, b in zip(scores, reference))})
-    finally:
-        server.terminate()
-        server.wait(30)
     for row in rows:
         row["ratio"] = round(row["tokens_per_s"] / rows[0]["tokens_per_s"], 2)
     report = {"model": args.model, "pairs": len(pairs), "request_batch": args.request_batch,

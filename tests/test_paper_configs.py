@@ -139,3 +139,71 @@ def test_each_table9_window_packs_more_evidence_than_the_one_below(data_root):
     increasing = sum(all(a < b for a, b in zip(row, row[1:])) for row in packed)
     print("mean packed tokens per window:", dict(zip(WINDOWS, np.mean(packed, axis=0).round().astype(int).tolist())))
     assert increasing >= 18, f"only {increasing} of 20 questions pack more at every larger window"
+
+
+# -- dress rehearsal -----------------------------------------------------------------------------------------------
+def test_a_rehearsal_keeps_the_grid_and_serves_every_served_role_on_a_stand_in():
+    from medr2_hooks.experiments.rehearse import CONTEXT, Plan, rehearsal
+
+    paper = load_experiment("table9")
+    exp = rehearsal(paper, Plan(limit=2))
+    runs = expand(exp)
+    paper_runs = [r for r in expand(paper) if r.benchmark == "medqa_usmle"]
+    assert [(r.model, r.method, r.window) for r in runs] == [(r.model, r.method, r.window) for r in paper_runs]
+    assert exp.name == "table9_rehearsal" and all(r.limit == 2 for r in runs)
+    for run in runs:
+        assert run.lm_model.startswith("embedded:") and run.model_args == ""
+        override = run.metadata.get("method_override")
+        if override is None:
+            continue
+        served = [override["llm"], *override["roles"].values()]
+        assert all(s["backend"] == "openai" and s["base_url"].startswith("http://127.0.0.1:") for s in served)
+        assert override["window"] == min(run.window, CONTEXT[run.lm_model], 8192)  # the stand-in's context, CPU cap
+        assert "index" not in override and "coarse" not in override and "target_tokenizer" not in override
+        # a target's CoT server is played by the target's own stand-in; the judges by the instruction-tuned one
+        assert override["roles"]["cot"]["model"] == run.lm_model
+        assert override["llm"]["model"] == "embedded:smollm2-135m-instruct"
+    assert {r.lm_model for r in runs} == {"embedded:gemma-270m", "embedded:smollm2-135m-instruct"}
+    assert exp.rehearsal["windows_capped"] == [16384, 32768, 65536, 131072]
+    assert expand(rehearsal(paper, Plan(window_cap=4096)))[-1].resolved["window"] == 4096
+
+
+def test_a_rehearsal_report_says_so_on_its_first_line_and_regenerates_from_its_record(tmp_path, monkeypatch):
+    import json
+
+    from medr2_hooks.experiments.rehearse import Plan, rehearsal
+    from medr2_hooks.experiments.report import render
+
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path))
+    exp = rehearsal(load_experiment("table10"), Plan(limit=1))
+    (tmp_path / exp.name).mkdir()
+    (tmp_path / exp.name / "experiment.json").write_text(json.dumps(exp.to_json()))
+    again = load_experiment("table10_rehearsal")
+    assert again == exp and [r.name for r in expand(again)] == [r.name for r in expand(exp)]
+    first = (render(again) / "report.md").read_text().splitlines()[0]
+    assert first.startswith("# REHEARSAL, not results: table10")
+    with pytest.raises(ConfigError, match="already a rehearsal"):
+        rehearsal(again, Plan())
+
+
+@pytest.mark.slow
+def test_a_rehearsal_run_reaches_its_roles_over_http(tmp_path):
+    """``medr2 sweep table10 --rehearse``: the query reformulator row of a Qwen target classifies and reformulates
+    through the served SmolLM2 stand-in (medr2 serve), as the GPU run would through vllm serve."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MEDR2_RESULTS_DIR": str(tmp_path), "WANDB_MODE": "offline"}
+    name = "table10_rehearsal__qwen2.5-7b__ablation_q__medqa_usmle__w4096"
+    subprocess.run([sys.executable, "-m", "medr2_hooks.cli.main", "sweep", "table10", "--rehearse", "--limit", "1",
+                    "--no_wandb", "--run", name], env=env, check=True, capture_output=True, timeout=1800)
+    record = json.loads((tmp_path / "runs" / name / "run.json").read_text())
+    usage = record["prepass"]["medqa_usmle_medr2"]["usage"]
+    served = usage["embedded:smollm2-135m-instruct@http://127.0.0.1:18135/v1"]
+    assert served["calls"] > 0 and set(served["by_role"]) >= {"classifier", "reformulator"}
+    assert record["prepass"]["medqa_usmle_medr2"]["config"]["reformulate"] is True
+    state = json.loads((tmp_path / "table10_rehearsal" / "sweep.json").read_text())
+    assert state["runs"][name]["status"] == "done"
+    assert json.loads((tmp_path / "table10_rehearsal" / "experiment.json").read_text())["rehearsal"]["of"] == "table10"

@@ -14,6 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  medr2 sweep table10_embedded --dry-run --json     # the expanded runs, nothing executed\n"
         "  medr2 sweep table10_embedded                      # run (skips runs whose results exist)\n"
         "  medr2 sweep table9 --wandb-sweep sweep.yaml && wandb sweep sweep.yaml   # then `wandb agent` on each GPU box\n"
+        "  medr2 sweep table9 --rehearse && medr2 report table9_rehearsal   # the GPU grid on CPU stand-ins\n"
         "State: results/<experiment>/sweep.json; each run: results/runs/<run>/ and a W&B run (group = experiment)."
     )
     parser.add_argument("config", help="an experiment name in experiments/ or a YAML path")
@@ -22,6 +23,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", action="append", help="execute only this run name (repeatable; W&B agents use it)")
     parser.add_argument("--wandb-sweep", metavar="FILE", help="write a W&B sweep spec over the runs and exit")
     parser.add_argument("--no_wandb", action="store_true", help="no W&B run per evaluation")
+    parser.add_argument("--rehearse", action="store_true",
+                        help="dress rehearsal on CPU: the same grid with embedded stand-ins for every model and "
+                             "served role (medr2 serve), into results/<name>_rehearsal/")
+    parser.add_argument("--limit", type=int, default=3, help="with --rehearse: items per run (default 3)")
+    parser.add_argument("--benchmarks", nargs="+", help="with --rehearse: benchmarks (default: the config's first)")
+    parser.add_argument("--window-cap", type=int, default=8192,
+                        help="with --rehearse: pack at most this many tokens (default 8192; CPU time)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,6 +41,10 @@ def run(args: argparse.Namespace) -> int:
     from ..experiments.sweep import sweep, wandb_sweep_spec
 
     exp = load_experiment(args.config)
+    if args.rehearse:
+        from ..experiments.rehearse import Plan, rehearsal
+
+        exp = rehearsal(exp, Plan(limit=args.limit, benchmarks=tuple(args.benchmarks or ()), window_cap=args.window_cap))
     runs = expand(exp)
     if args.run:
         known = {r.name for r in runs}
@@ -53,7 +65,34 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{r.name}  task={r.task} model={r.lm_model} {r.model_args}")
             print(f"{len(runs)} runs")
         return 0
-    state = sweep(exp.name, runs, wandb=not args.no_wandb)
+    if exp.rehearsal:
+        state = _rehearse(exp, runs, wandb=not args.no_wandb)
+    else:
+        state = sweep(exp.name, runs, wandb=not args.no_wandb)
     failed = [n for n, e in state["runs"].items() if e["status"] == "failed"]
     print(f"{exp.name}: {len(runs)} runs, {len(failed)} failed")
     return 1 if failed else 0
+
+
+def _rehearse(exp, runs, wandb: bool) -> dict:
+    """Record the rehearsal's config (``medr2 report <name>`` reads it), start one ``medr2 serve`` per stand-in
+    that a role reaches over HTTP, run the grid, stop the servers."""
+    import contextlib
+    import json
+
+    from .. import settings
+    from ..experiments.rehearse import PORTS, servers_needed
+    from ..experiments.sweep import sweep
+    from ..fs import atomic_write_text
+    from ..llm.serve import serve_process
+
+    out = settings.results_dir() / exp.name
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "experiment.json", json.dumps(exp.to_json(), indent=1))
+    logs = settings.cache_dir() / "serve"
+    logs.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        for model in servers_needed(exp):
+            url = stack.enter_context(serve_process(model, PORTS[model], log_path=str(logs / f"{PORTS[model]}.log")))
+            print(f"serving {model} at {url}", flush=True)
+        return sweep(exp.name, runs, wandb=wandb)

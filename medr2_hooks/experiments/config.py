@@ -33,6 +33,8 @@ class ModelSpec:
     max_window: int | None = None  # the longest window the model takes (Qwen beyond 32K: YaRN in model_args)
     role_set: str | None = None  # the roles' models for this target (experiments/roles.yaml)
     long_model_args: str = ""  # added to model_args above LONG_WINDOW only (Qwen2.5: YaRN rope scaling)
+    roles: dict | None = None  # inline {"llm": spec, "roles": {role: spec}} instead of a role_set (the rehearsal's)
+    pack_window_cap: int | None = None  # pack at most this many tokens whatever the window (a stand-in's context)
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ class Experiment:
     # The finetune method's checkpoint per benchmark, as a recipe in finetune/recipes/ trained once per target:
     # within-dataset (the benchmark's own training split) or cross-dataset (another's, e.g. MedMCQA -> PubMedQA).
     finetune: dict[str, str] = field(default_factory=dict)
+    # Set by `medr2 sweep --rehearse`: the paper experiment rehearsed and what stands in for each model and role.
+    rehearsal: dict = field(default_factory=dict)
 
     def __post_init__(self):
         safe_component(self.name, "experiment name")
@@ -128,6 +132,11 @@ def load_experiment(name_or_path: str) -> Experiment:
     path = Path(name_or_path)
     if not path.is_file():
         path = settings.REPO_ROOT / "experiments" / f"{name_or_path}.yaml"
+    recorded = settings.results_dir() / name_or_path / "experiment.json"
+    if not path.is_file() and "/" not in name_or_path and recorded.is_file():  # a rehearsal, as its sweep recorded it
+        import json
+
+        return from_dict(Experiment, json.loads(recorded.read_text(encoding="utf-8")), str(recorded))
     if not path.is_file():
         known = sorted(p.stem for p in (settings.REPO_ROOT / "experiments").glob("*.yaml"))
         raise ConfigError(f"no experiment {name_or_path!r}: give a YAML path or one of: {', '.join(known)}")

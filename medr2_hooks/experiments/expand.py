@@ -71,13 +71,15 @@ def expand(exp: Experiment) -> list[Run]:
                                                           _without_pretrained(model_args)) if a)
                         lm_model = "hf" if spec.model.startswith("embedded:") else spec.model
                     if method in RETRIEVAL:
-                        override = {**exp.method_override, **exp.method_overrides.get(method, {}), "window": window}
+                        cap = spec.pack_window_cap or window
+                        override = {**exp.method_override, **exp.method_overrides.get(method, {}),
+                                    "window": min(window, cap)}
                         if spec.tokenizer:
                             override["target_tokenizer"] = spec.tokenizer
                         if method.startswith("ablation_"):
                             override.update(_ablation_settings(method))
-                        if spec.role_set:
-                            roles = role_set(spec.role_set)
+                        if spec.roles or spec.role_set:
+                            roles = spec.roles or role_set(spec.role_set)
                             override = {**override, "llm": override.get("llm") or roles["llm"],
                                         "roles": {**roles["roles"], **override.get("roles", {})}}
                         metadata["method_override"] = override

@@ -64,9 +64,49 @@ def load_runs(runs: list[Run]) -> dict[str, dict]:
                          "prepass_seconds": sum(p["wall_seconds"] for p in prepass) if prepass else None,
                          "model_calls": sum(u["calls"] for p in prepass for u in p["usage"].values()) if prepass else None,
                          "prompt_tokens": sum(u["prompt_tokens"] for p in prepass for u in p["usage"].values()) if prepass else None,
+                         "packed_tokens": _packed_mean(prepass),
                          "invalid": None if invalid is None else 100 * float(invalid), "finetune": record.get("finetune"),
                          "top1": None if top1 is None or metric[0] == "top1" else 100 * float(top1)}
     return out
+
+
+def _packed_mean(prepass: list[dict]) -> float | None:
+    means = [(p.get("packed_tokens") or {}).get("mean") for p in prepass]
+    return means[0] if len(means) == 1 else None
+
+
+def rehearsal_header(exp: Experiment) -> list[str]:
+    """First line and stand-in table of a rehearsal's report (``medr2 sweep <config> --rehearse``)."""
+    r = exp.rehearsal
+    md = [f"# REHEARSAL, not results: {r['of']} on embedded stand-ins ({exp.name})\n\n{exp.description}\n\n"
+          "| paper model | stand-in target | pack window cap | roles (served by medr2 serve) |\n|---|---|---|---|\n"]
+    for name, m in r["models"].items():
+        roles = ", ".join(f"{role}: {model.removeprefix('embedded:')}" for role, model in m["roles"].items())
+        md.append(f"| {name} (`{m['target']}`) | {m['stand_in']} | {m['pack_window_cap']} | {roles} |\n")
+    if r["windows_capped"]:
+        md.append(f"\nWindows {', '.join(map(str, r['windows_capped']))} exceed a stand-in's context or the rehearsal's "
+                  f"window cap ({r['plan']['window_cap']} tokens, CPU time): those cells are packed at the cap above "
+                  "and keep the paper's window label.\n")
+    if r["replaced"]:
+        md.append(f"\nGPU-only settings replaced by the CPU defaults: {r['replaced']}; loop sized for CPU: "
+                  f"{r['cpu_loop']}, retrieve_k and coarse_k / {r['k_divisor']}.\n")
+    return md
+
+
+def packed_tokens_table(runs: list[Run], done: dict) -> list[str]:
+    windows = sorted({r.window for r in runs})
+    cells: dict[tuple, dict] = defaultdict(dict)
+    for run in runs:
+        got = done.get(run.name)
+        if got and got.get("packed_tokens") is not None:
+            cells[(run.model, run.method, run.benchmark)][run.window] = got["packed_tokens"]
+    if len(windows) < 2 or not cells:
+        return []
+    md = ["\n## Packed prompt tokens per window (mean over items, from the pre-pass packs)\n\n| model | method | "
+          "benchmark | " + " | ".join(f"{w // 1024}K" for w in windows) + " |\n|" + "---|" * (len(windows) + 3) + "\n"]
+    md += [f"| {m} | {meth} | {b} | " + " | ".join(f"{v[w]:.0f}" if w in v else MISSING for w in windows) + " |\n"
+           for (m, meth, b), v in cells.items()]
+    return md
 
 
 def _mark(values: list[float | None]) -> list[str]:
@@ -233,10 +273,12 @@ def render(exp: Experiment) -> Path:
     reference = "direct" if "direct" in exp.methods else "vanilla_rag"
     stats = paired_statistics(runs, done, reference)
     missing = [r.name for r in runs if r.name not in done]
-    md = [f"# {exp.name}\n", exp.description or "", f"\nRuns with results: {len(done)} of {len(runs)}; missing cells are "
+    md = rehearsal_header(exp) if exp.rehearsal else [f"# {exp.name}\n", exp.description or ""]
+    md += [f"\nRuns with results: {len(done)} of {len(runs)}; missing cells are "
           f"marked {MISSING}. Accuracy in % (RareArena: top-5 recall; top-1 below. The paper does not name its "
           "RareArena metric: its GPT-4o cells lie between RareArena's published top-1 and top-5 recalls).\n\n",
           markdown_table(exp, rows)]
+    md += packed_tokens_table(runs, done)
     top1 = {name: {**got, "score": got["top1"]} for name, got in done.items() if got.get("top1") is not None}
     if top1:
         md.append("\n## RareArena top-1 recall (%)\n\n" + markdown_table(exp, result_rows(exp, runs, top1)))

@@ -46,6 +46,11 @@ class OpenAIBackend:
         if tokenizer:
             from transformers import AutoTokenizer
 
+            from . import embedded
+
+            if embedded.is_embedded(tokenizer):  # a served embedded model (medr2 serve): its converted folder
+                tokenizer = embedded.resolve(tokenizer)
+
             self._tok = AutoTokenizer.from_pretrained(tokenizer)
         self.usage = Usage()
 

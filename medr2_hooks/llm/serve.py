@@ -11,6 +11,7 @@ across requests: requests that arrive while the model is busy are merged into on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -163,3 +164,50 @@ def start_background(backend, model_name: str, host: str = "127.0.0.1", port: in
     server = make_server(backend, model_name, host, port, max_batch)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://{host}:{server.server_address[1]}/v1"
+
+
+@contextlib.contextmanager
+def serve_process(model: str, port: int, name: str | None = None, batch_size: int = 8, ready_seconds: float = 600,
+                  log_path: str | None = None):
+    """``medr2 serve`` in its own process (as ``vllm serve`` runs apart from the client) on ``port``; yields the
+    base URL once ``/v1/models`` answers and stops the server on exit. A taken port is an error naming it."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from ..errors import Medr2Error
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise Medr2Error(f"port {port} is taken: stop what listens there or choose another port") from None
+    url = f"http://127.0.0.1:{port}/v1"
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    proc = subprocess.Popen([sys.executable, "-m", "medr2_hooks.cli.main", "serve", "--model", model, "--name",
+                             name or model, "--port", str(port), "--batch-size", str(batch_size)],
+                            stdout=out, stderr=subprocess.STDOUT if log_path else subprocess.DEVNULL)
+    try:
+        deadline = time.time() + ready_seconds
+        while True:
+            if proc.poll() is not None:
+                raise Medr2Error(f"medr2 serve --model {model} --port {port} exited with {proc.returncode}"
+                                 + (f" (log: {log_path})" if log_path else ""))
+            try:
+                urllib.request.urlopen(f"{url}/models", timeout=2).read()
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise Medr2Error(f"medr2 serve --model {model} did not answer at {url} in {ready_seconds} s") from None
+                time.sleep(1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if log_path:
+            out.close()

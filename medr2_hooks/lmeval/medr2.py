@@ -82,6 +82,9 @@ def run_prepass(spec: PrepassSpec, write: bool = True, shard: str | None = None,
 
     packs, record = prepare_records(MedR2(spec.cfg), spec.benchmark, spec.eval_records, spec.demos)
     record.update(benchmark=spec.benchmark, subject=spec.subject, key=spec.key, identity=spec.identity(), shard=shard)
+    tokens = [p["prompt_tokens"] for p in packs if p.get("prompt_tokens") is not None]
+    record["packed_tokens"] = {"items": len(tokens), "mean": round(sum(tokens) / len(tokens), 1) if tokens else None,
+                               "max": max(tokens, default=None)}
     if write:
         record["packs"] = dict(zip(("packs", "sha256"), map(str, write_packs(spec, packs))))
     _write_record(redact(record), record_path or spec.record_path)

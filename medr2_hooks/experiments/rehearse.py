@@ -1,0 +1,120 @@
+"""Dress rehearsal of a paper experiment where no GPU is at hand: ``medr2 sweep <config> --rehearse``.
+
+The rehearsal keeps the experiment's grid shape (every model, method and window; by default one benchmark and a
+few items) and the interfaces a GPU run goes through, with each model replaced by an embedded stand-in:
+
+- each target is evaluated by lm-eval's ``hf`` model on a stand-in (LLaMA targets: Gemma-3-270M base; Qwen
+  targets: SmolLM2-135M-Instruct), so the model axis still has two different models;
+- each *served* role stays served: every endpoint of the target's role set (``roles.yaml``) becomes a ``medr2
+  serve`` process over its stand-in (instruction-tuned judges, M_F, classifier, reformulator: SmolLM2-Instruct;
+  base-model usefulness proxies: Gemma base; a target's own CoT server: the target's stand-in), reached through
+  the same OpenAI-compatible client, concurrency and batching as ``vllm serve``;
+- a window larger than the stand-in's context, or than the rehearsal's ``window_cap`` (CPU time), is packed at
+  that cap (the run keeps the paper's window label; the report says which cells were capped);
+- the paper's GPU-only retrieval pieces (the BGE index, the cross-encoder coarse reranker, the target's hub
+  tokenizer) give way to the defaults (the embedded ``textbooks_demo`` index, the LLM coarse judge, the stand-in's
+  tokenizer), and the loop is CPU-sized (``CPU_LOOP``; retrieve_k and coarse_k divided by ``K_DIVISOR``).
+
+Nothing here is a result about the paper's models: the report says so on its first line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..config import ConfigError
+from .config import Experiment, ModelSpec, role_set
+
+GEMMA, SMOLLM = "embedded:gemma-270m", "embedded:smollm2-135m-instruct"
+CONTEXT = {GEMMA: 32768, SMOLLM: 8192}  # max_position_embeddings of the stand-ins
+PORTS = {GEMMA: 18270, SMOLLM: 18135}  # fixed, so the served roles' ids (model@url) and the stage cache survive restarts
+CPU_LOOP = {"iterations": 2, "conflict": {"top": 2}, "max_demos": 2, "cot_max_new_tokens": 32,
+            "reformulate_max_new_tokens": 24, "augment_max_new_tokens": 24, "max_doc_tokens": 128}
+K_DIVISOR = 4
+GPU_ONLY = ("index", "coarse", "target_tokenizer")  # BGE index, cross-encoder reranker, the target's hub tokenizer
+CPU_FINETUNED = "~/.cache/medr2/finetune/cpu_usmle_dev_slice/final"  # finetune cells: the CPU recipe's checkpoint
+
+
+@dataclass(frozen=True)
+class Plan:
+    limit: int = 3
+    benchmarks: tuple[str, ...] = ()  # default: the experiment's first benchmark
+    # the most tokens a rehearsal packs (and so the longest prompts its stand-ins read): a 32K prompt costs a
+    # 270M model on 2 CPU cores minutes per forward pass, and a pre-pass makes dozens of them
+    window_cap: int = 8192
+
+    def __post_init__(self):
+        if self.limit < 1 or self.window_cap < 512:
+            raise ValueError(f"--limit must be >= 1 and --window-cap >= 512, found {self.limit}, {self.window_cap}")
+
+
+def target_stand_in(spec: ModelSpec) -> str:
+    if spec.model.startswith("embedded:"):
+        return spec.model
+    hub = f"{spec.model_args} {spec.tokenizer or ''} {spec.name}".lower()
+    return SMOLLM if "qwen" in hub else GEMMA
+
+
+def served_stand_in(server: dict, target: ModelSpec, target_stand: str) -> str:
+    """The stand-in of one served endpoint: the target's own (its CoT server), an instruction-tuned judge or a
+    base-model proxy."""
+    model = server.get("model", "")
+    pretrained = [a.split("=", 1)[1] for a in target.model_args.split(",") if a.startswith("pretrained=")]
+    if model in pretrained or model == target.tokenizer:
+        return target_stand
+    return SMOLLM if "instruct" in model.lower() or "chat" in model.lower() else GEMMA
+
+
+def _served(stand_in: str, server: dict) -> dict:
+    return {"backend": "openai", "model": stand_in, "tokenizer": stand_in, "max_length": CONTEXT[stand_in],
+            "base_url": f"http://127.0.0.1:{PORTS[stand_in]}/v1", "concurrency": server.get("concurrency", 4)}
+
+
+def _cpu_sized(override: dict) -> dict:
+    out = {k: v for k, v in override.items() if k not in GPU_ONLY}
+    for key in ("retrieve_k", "coarse_k"):
+        if key in out:
+            out[key] = max(3, out[key] // K_DIVISOR)
+    return {**out, **CPU_LOOP}
+
+
+def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
+    """The experiment as rehearsed on embedded stand-ins (named ``<name>_rehearsal``)."""
+    if exp.rehearsal:
+        raise ConfigError(f"{exp.name} is already a rehearsal")
+    benchmarks = list(plan.benchmarks or exp.benchmarks[:1])
+    bad = [b for b in benchmarks if b not in exp.benchmarks]
+    if bad:
+        raise ConfigError(f"--benchmarks: {bad[0]!r} is not in {exp.name} ({', '.join(exp.benchmarks)})")
+    models, mapping = [], {}
+    for spec in exp.models:
+        stand = target_stand_in(spec)
+        roles = None
+        if spec.role_set or spec.roles:
+            declared = spec.roles or role_set(spec.role_set)
+            roles = {"llm": _served(served_stand_in(declared["llm"], spec, stand), declared["llm"]),
+                     "roles": {r: _served(served_stand_in(s, spec, stand), s) for r, s in declared["roles"].items()}}
+        cap = min(CONTEXT[stand], plan.window_cap)
+        models.append(ModelSpec(name=spec.name, model=stand, roles=roles, pack_window_cap=cap,
+                                finetuned=CPU_FINETUNED if "finetune" in exp.methods else None))
+        mapping[spec.name] = {"target": spec.model_args or spec.model, "stand_in": stand, "pack_window_cap": cap,
+                              "roles": {r: s["model"] for r, s in ({"llm": roles["llm"], **roles["roles"]}.items()
+                                                                 if roles else [])}}
+    capped = sorted({w for w in exp.windows for m in models if w > m.pack_window_cap})
+    return replace(
+        exp, name=f"{exp.name}_rehearsal", models=models, benchmarks=benchmarks, limit=plan.limit,
+        method_override=_cpu_sized(exp.method_override),
+        method_overrides={m: _cpu_sized(o) for m, o in exp.method_overrides.items()}, finetune={},
+        allow_embedded_roles=False,
+        description=f"Rehearsal of {exp.name}: the grid of the paper config on embedded stand-ins ({plan.limit} items "
+                    f"of {', '.join(benchmarks)}); accuracies say nothing about the paper's models.",
+        rehearsal={"of": exp.name, "plan": {"limit": plan.limit, "benchmarks": benchmarks, "window_cap": plan.window_cap},
+                   "models": mapping, "servers": {m: PORTS[m] for m in CONTEXT},
+                   "windows_capped": capped, "cpu_loop": CPU_LOOP, "k_divisor": K_DIVISOR,
+                   "replaced": {k: exp.method_override[k] for k in GPU_ONLY if k in exp.method_override}})
+
+
+def servers_needed(exp: Experiment) -> list[str]:
+    """The stand-ins that the rehearsal's roles reach over HTTP (one ``medr2 serve`` each)."""
+    used = {s["model"] for m in exp.models if m.roles for s in [m.roles["llm"], *m.roles["roles"].values()]}
+    return sorted(used)
