@@ -146,7 +146,7 @@ def test_a_rehearsal_keeps_the_grid_and_serves_every_served_role_on_a_stand_in()
     from medr2_hooks.experiments.rehearse import CONTEXT, Plan, rehearsal
 
     paper = load_experiment("table9")
-    exp = rehearsal(paper, Plan(limit=2))
+    exp = rehearsal(paper, Plan(limit=2, window_cap=8192))
     runs = expand(exp)
     paper_runs = [r for r in expand(paper) if r.benchmark == "medqa_usmle"]
     assert [(r.model, r.method, r.window) for r in runs] == [(r.model, r.method, r.window) for r in paper_runs]
@@ -165,7 +165,9 @@ def test_a_rehearsal_keeps_the_grid_and_serves_every_served_role_on_a_stand_in()
         assert override["llm"]["model"] == "embedded:smollm2-135m-instruct"
     assert {r.lm_model for r in runs} == {"embedded:gemma-270m", "embedded:smollm2-135m-instruct"}
     assert exp.rehearsal["windows_capped"] == [16384, 32768, 65536, 131072]
-    assert expand(rehearsal(paper, Plan(window_cap=4096)))[-1].resolved["window"] == 4096
+    assert expand(rehearsal(paper, Plan()))[-1].resolved["window"] == 4096  # the default CPU cap
+    two = rehearsal(paper, Plan(models=("llama3.1-8b", "qwen2.5-14b")))
+    assert [m.name for m in two.models] == ["llama3.1-8b", "qwen2.5-14b"] and len(expand(two)) == 24
 
 
 def test_a_rehearsal_report_says_so_on_its_first_line_and_regenerates_from_its_record(tmp_path, monkeypatch):

@@ -28,8 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "served role (medr2 serve), into results/<name>_rehearsal/")
     parser.add_argument("--limit", type=int, default=3, help="with --rehearse: items per run (default 3)")
     parser.add_argument("--benchmarks", nargs="+", help="with --rehearse: benchmarks (default: the config's first)")
-    parser.add_argument("--window-cap", type=int, default=8192,
-                        help="with --rehearse: pack at most this many tokens (default 8192; CPU time)")
+    parser.add_argument("--window-cap", type=int, default=4096,
+                        help="with --rehearse: pack at most this many tokens (default 4096: a 270M model reads "
+                             "~150 tokens/s on 2 CPU cores)")
+    parser.add_argument("--models", nargs="+", help="with --rehearse: these models only (default: all)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     if args.rehearse:
         from ..experiments.rehearse import Plan, rehearsal
 
-        exp = rehearsal(exp, Plan(limit=args.limit, benchmarks=tuple(args.benchmarks or ()), window_cap=args.window_cap))
+        exp = rehearsal(exp, Plan(limit=args.limit, benchmarks=tuple(args.benchmarks or ()), window_cap=args.window_cap,
+                                        models=tuple(args.models or ())))
     runs = expand(exp)
     if args.run:
         known = {r.name for r in runs}

@@ -41,7 +41,8 @@ class Plan:
     benchmarks: tuple[str, ...] = ()  # default: the experiment's first benchmark
     # the most tokens a rehearsal packs (and so the longest prompts its stand-ins read): a 32K prompt costs a
     # 270M model on 2 CPU cores minutes per forward pass, and a pre-pass makes dozens of them
-    window_cap: int = 8192
+    window_cap: int = 4096
+    models: tuple[str, ...] = ()  # default: every model (targets sharing a stand-in repeat the same computation)
 
     def __post_init__(self):
         if self.limit < 1 or self.window_cap < 512:
@@ -86,8 +87,13 @@ def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
     bad = [b for b in benchmarks if b not in exp.benchmarks]
     if bad:
         raise ConfigError(f"--benchmarks: {bad[0]!r} is not in {exp.name} ({', '.join(exp.benchmarks)})")
+    unknown = [m for m in plan.models if m not in {spec.name for spec in exp.models}]
+    if unknown:
+        raise ConfigError(f"--models: {unknown[0]!r} is not in {exp.name} ({', '.join(s.name for s in exp.models)})")
     models, mapping = [], {}
     for spec in exp.models:
+        if plan.models and spec.name not in plan.models:
+            continue
         stand = target_stand_in(spec)
         roles = None
         if spec.role_set or spec.roles:
@@ -108,7 +114,8 @@ def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
         allow_embedded_roles=False,
         description=f"Rehearsal of {exp.name}: the grid of the paper config on embedded stand-ins ({plan.limit} items "
                     f"of {', '.join(benchmarks)}); accuracies say nothing about the paper's models.",
-        rehearsal={"of": exp.name, "plan": {"limit": plan.limit, "benchmarks": benchmarks, "window_cap": plan.window_cap},
+        rehearsal={"of": exp.name, "plan": {"limit": plan.limit, "benchmarks": benchmarks, "window_cap": plan.window_cap,
+                            "models": [m.name for m in models]},
                    "models": mapping, "servers": {m: PORTS[m] for m in CONTEXT},
                    "windows_capped": capped, "cpu_loop": CPU_LOOP, "k_divisor": K_DIVISOR,
                    "replaced": {k: exp.method_override[k] for k in GPU_ONLY if k in exp.method_override}})
