@@ -13,7 +13,7 @@ few items) and the interfaces a GPU run goes through, with each model replaced b
   that cap (the run keeps the paper's window label; the report says which cells were capped);
 - the paper's GPU-only retrieval pieces (the BGE index, the cross-encoder coarse reranker, the target's hub
   tokenizer) give way to the defaults (the embedded ``textbooks_demo`` index, the LLM coarse judge, the stand-in's
-  tokenizer), and the loop is CPU-sized (``CPU_LOOP``; retrieve_k and coarse_k divided by ``K_DIVISOR``).
+  tokenizer), and the loop is CPU-sized (``CPU_LOOP``; retrieve_k and coarse_k at most ``CPU_K``).
 
 Nothing here is a result about the paper's models: the report says so on its first line.
 """
@@ -28,9 +28,9 @@ from .config import Experiment, ModelSpec, role_set
 GEMMA, SMOLLM = "embedded:gemma-270m", "embedded:smollm2-135m-instruct"
 CONTEXT = {GEMMA: 32768, SMOLLM: 8192}  # max_position_embeddings of the stand-ins
 PORTS = {GEMMA: 18270, SMOLLM: 18135}  # fixed, so the served roles' ids (model@url) and the stage cache survive restarts
-CPU_LOOP = {"iterations": 2, "conflict": {"top": 2}, "max_demos": 2, "cot_max_new_tokens": 32,
+CPU_LOOP = {"iterations": 2, "conflict": {"top": 2}, "max_demos": 1, "cot_max_new_tokens": 32,
             "reformulate_max_new_tokens": 24, "augment_max_new_tokens": 24, "max_doc_tokens": 128}
-K_DIVISOR = 4
+CPU_K = {"retrieve_k": 4, "coarse_k": 8}  # at most this many candidates per retriever / in the coarse set
 GPU_ONLY = ("index", "coarse", "target_tokenizer")  # BGE index, cross-encoder reranker, the target's hub tokenizer
 CPU_FINETUNED = "~/.cache/medr2/finetune/cpu_usmle_dev_slice/final"  # finetune cells: the CPU recipe's checkpoint
 
@@ -73,9 +73,9 @@ def _served(stand_in: str, server: dict) -> dict:
 
 def _cpu_sized(override: dict) -> dict:
     out = {k: v for k, v in override.items() if k not in GPU_ONLY}
-    for key in ("retrieve_k", "coarse_k"):
-        if key in out:
-            out[key] = max(3, out[key] // K_DIVISOR)
+    for key, most in CPU_K.items():
+        if key in out or key == "retrieve_k":
+            out[key] = min(out.get(key, most), most)
     return {**out, **CPU_LOOP}
 
 
@@ -117,7 +117,7 @@ def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
         rehearsal={"of": exp.name, "plan": {"limit": plan.limit, "benchmarks": benchmarks, "window_cap": plan.window_cap,
                             "models": [m.name for m in models]},
                    "models": mapping, "servers": {m: PORTS[m] for m in CONTEXT},
-                   "windows_capped": capped, "cpu_loop": CPU_LOOP, "k_divisor": K_DIVISOR,
+                   "windows_capped": capped, "cpu_loop": CPU_LOOP, "cpu_k": CPU_K,
                    "replaced": {k: exp.method_override[k] for k in GPU_ONLY if k in exp.method_override}})
 
 

@@ -89,7 +89,7 @@ def rehearsal_header(exp: Experiment) -> list[str]:
                   "and keep the paper's window label.\n")
     if r["replaced"]:
         md.append(f"\nGPU-only settings replaced by the CPU defaults: {r['replaced']}; loop sized for CPU: "
-                  f"{r['cpu_loop']}, retrieve_k and coarse_k / {r['k_divisor']}.\n")
+                  f"{r['cpu_loop']}, candidates at most {r['cpu_k']}.\n")
     return md
 
 
