@@ -135,17 +135,21 @@ class SpladeIndex:
         self.docs = sparse.load_npz(path).tocsr()
         self.encoder = encoder
 
-    def search(self, queries: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: list[str], k: int, chunk: int = 64) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, rows)``, each ``[n_queries, k]``; passages sharing no term with the query are not hits
+        (rows -1, as for BM25). The query-passage products stay sparse and are taken ``chunk`` queries at a
+        time, so memory follows the matching pairs, never a dense ``[queries × passages]`` matrix."""
         q = self.encoder.encode(queries, query=True)
-        scores = np.asarray((self.docs @ q.T).todense(), dtype=np.float32).T  # [n_queries, n_docs]
-        return top_k(scores, k)
+        scores = np.zeros((len(queries), k), dtype=np.float32)
+        rows = np.full((len(queries), k), -1, dtype=np.int64)
+        for start in range(0, len(queries), chunk):
+            product = (q[start:start + chunk] @ self.docs.T).tocsr()
+            for i in range(product.shape[0]):
+                lo, hi = product.indptr[i], product.indptr[i + 1]
+                cols, vals = product.indices[lo:hi], product.data[lo:hi]
+                keep = vals > 0
+                cols, vals = cols[keep], vals[keep].astype(np.float32)
+                order = np.lexsort((cols, -vals))[:k]  # score descending, then lower row first
+                scores[start + i, :len(order)], rows[start + i, :len(order)] = vals[order], cols[order]
+        return scores, rows
 
-
-def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row-wise top-k of a dense score matrix, sorted by descending score (ties: lower row first)."""
-    k = min(k, scores.shape[1])
-    part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    part_scores = np.take_along_axis(scores, part, axis=1)
-    order = np.lexsort((part, -part_scores), axis=1)
-    rows = np.take_along_axis(part, order, axis=1)
-    return np.take_along_axis(scores, rows, axis=1), rows
