@@ -30,24 +30,43 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_corpus(folder: Path, docs: list[Document], spans: list[list[tuple[int, int]]]) -> str:
-    """Write documents and passages atomically; return the corpus content hash."""
+def write_corpus(folder: Path, batches) -> tuple[str, int, int]:
+    """Write documents and passages from ``batches`` of ``(documents, passage spans per document)``, each batch
+    written as it comes (memory: one batch, plus 8 bytes of offset a document); the files appear atomically at
+    the end. Returns ``(corpus content hash, documents, passages)``."""
+    from array import array
+
     folder.mkdir(parents=True, exist_ok=True)
-    offsets = [0]
-    tmp = folder / "docs.jsonl.tmp"
-    with open(tmp, "wb") as fh:
-        for doc in docs:
-            line = (json.dumps(doc.to_json(), ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
-            fh.write(line)
-            offsets.append(offsets[-1] + len(line))
-    passages = np.array([(i, s, e) for i, doc_spans in enumerate(spans) for s, e in doc_spans], dtype=PASSAGE_DTYPE)
-    atomic_save_npy(folder / "docs.offsets.npy", np.asarray(offsets, dtype="<i8"))
-    atomic_save_npy(folder / "passages.npy", passages)
-    os.replace(tmp, folder / "docs.jsonl")
+    offsets = array("q", [0])
+    docs_tmp, pass_tmp = folder / "docs.jsonl.tmp", folder / "passages.bin.tmp"
+    n_passages = 0
+    with open(docs_tmp, "wb") as docs_fh, open(pass_tmp, "wb") as pass_fh:
+        for docs, spans in batches:
+            first = len(offsets) - 1
+            for doc in docs:
+                line = (json.dumps(doc.to_json(), ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
+                docs_fh.write(line)
+                offsets.append(offsets[-1] + len(line))
+            rows = np.array([(first + i, s, e) for i, doc_spans in enumerate(spans) for s, e in doc_spans],
+                            dtype=PASSAGE_DTYPE)
+            rows.tofile(pass_fh)
+            n_passages += len(rows)
+    passages = np.lib.format.open_memmap(folder / "passages.npy.tmp", mode="w+", dtype=PASSAGE_DTYPE,
+                                         shape=(n_passages,))
+    chunk = 1 << 20
+    for start in range(0, n_passages, chunk):  # the passage table, copied a chunk at a time
+        passages[start:start + chunk] = np.fromfile(pass_tmp, dtype=PASSAGE_DTYPE, count=min(chunk, n_passages - start),
+                                                    offset=start * PASSAGE_DTYPE.itemsize)
+    passages.flush()
+    del passages
+    pass_tmp.unlink()
+    atomic_save_npy(folder / "docs.offsets.npy", np.frombuffer(offsets, dtype="<i8"))
+    os.replace(folder / "passages.npy.tmp", folder / "passages.npy")
+    os.replace(docs_tmp, folder / "docs.jsonl")
     h = hashlib.sha256()
     for name in ("docs.jsonl", "passages.npy"):
         h.update(file_sha256(folder / name).encode())
-    return h.hexdigest()
+    return h.hexdigest(), len(offsets) - 1, n_passages
 
 
 class CorpusStore:

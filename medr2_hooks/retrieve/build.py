@@ -17,7 +17,9 @@ from __future__ import annotations
 import json
 import resource
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict
+from itertools import islice
 from pathlib import Path
 
 
@@ -34,14 +36,16 @@ from ..corpus.store import CorpusStore, file_sha256, write_corpus
 # Lucene indexes (pyserini backends) live in a "lucene" folder under their retriever; their segment files carry
 # random ids, so the manifest identifies them by the hash of their input instead of their bytes.
 LUCENE = "lucene"
+CORPUS_BATCH = 2048  # source documents read, segmented and written together: the corpus stage's memory bound
 
 
 def index_dir(name: str) -> Path:
     return settings.cache_dir() / "indexes" / safe_component(name, "index name")
 
 
-def read_sources(recipe: Recipe, report: SkipReport) -> list[Document]:
-    docs: list[Document] = []
+def read_sources(recipe: Recipe, report: SkipReport) -> Iterator[Document]:
+    """The recipe's source documents, one at a time (a repeated doc_id is reported and skipped; the ids seen are
+    the only thing kept)."""
     seen: set[str] = set()
     for source in recipe.sources:
         base = recipe.base_dir(source)
@@ -53,8 +57,13 @@ def read_sources(recipe: Recipe, report: SkipReport) -> list[Document]:
                                    "duplicate doc_id", doc.doc_id)
                     continue
                 seen.add(doc.doc_id)
-                docs.append(doc)
-    return docs
+                yield doc
+
+
+def batched(items: Iterable, size: int) -> Iterator[list]:
+    it = iter(items)
+    while batch := list(islice(it, size)):
+        yield batch
 
 
 def input_files(recipe: Recipe, folder: Path) -> list[dict]:
@@ -101,26 +110,33 @@ def build_corpus(recipe: Recipe, folder: Path, log=print) -> dict:
             return done
         log("corpus: the recipe or an input file changed since the last build: rebuilding")
     report = SkipReport(strict=recipe.strict)
-    raw = read_sources(recipe, report)
-    if not raw:
+    tokens = segment.Tokens(recipe.segmentation.tokenizer)
+    pmids: dict[str, list[int]] = {}
+    counts = {"source_documents": 0, "documents": 0}
+
+    def segmented():
+        """Read, segment and hand over ``CORPUS_BATCH`` source documents at a time (memory: one batch)."""
+        for raw in batched(read_sources(recipe, report), CORPUS_BATCH):
+            docs = segment.documents(raw, recipe.segmentation, tokens)
+            for row, doc in enumerate(docs, counts["documents"]):
+                if doc.meta.get("pmid"):
+                    pmids.setdefault(str(doc.meta["pmid"]), []).append(row)
+            counts["source_documents"] += len(raw)
+            counts["documents"] += len(docs)
+            yield docs, segment.passages([d.text for d in docs], recipe.segmentation, tokens)
+
+    corpus_hash, n_docs, n_passages = write_corpus(folder, segmented())
+    if not n_docs:
         skipped = f"; all input was skipped: {dict(report.counts)} (first: {report.examples[0]})" if report.total else ""
         raise DataError(f"index {recipe.name}: the sources yield no document "
                         f"({', '.join(i['path'] for i in inputs)}){skipped}")
-    tokens = segment.Tokens(recipe.segmentation.tokenizer)
-    docs = segment.documents(raw, recipe.segmentation, tokens)
-    spans = segment.passages([d.text for d in docs], recipe.segmentation, tokens)
-    corpus_hash = write_corpus(folder, docs, spans)
-    pmids: dict[str, list[int]] = {}
-    for row, doc in enumerate(docs):
-        if doc.meta.get("pmid"):
-            pmids.setdefault(str(doc.meta["pmid"]), []).append(row)
     atomic_write_text(folder / "lookup.json", json.dumps({"pmid": pmids}, sort_keys=True))
     done = {"identity": identity, "corpus_hash": corpus_hash, "inputs": [{k: i[k] for k in ("path", "size", "sha256")}
                                                                       for i in inputs],
-            "source_documents": len(raw), "documents": len(docs),
-            "passages": sum(map(len, spans)), "skipped": report.to_json()}
+            "source_documents": counts["source_documents"], "documents": n_docs,
+            "passages": n_passages, "skipped": report.to_json()}
     atomic_write_text(marker, json.dumps(done, indent=1, sort_keys=True))
-    log(f"corpus: {len(raw)} source documents -> {len(docs)} documents, {done['passages']} passages"
+    log(f"corpus: {done['source_documents']} source documents -> {n_docs} documents, {n_passages} passages"
         + (f", skipped {report.total}" if report.total else ""))
     return done
 
