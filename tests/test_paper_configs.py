@@ -200,10 +200,11 @@ def test_a_rehearsal_run_reaches_its_roles_over_http(tmp_path):
     env = {**os.environ, "MEDR2_RESULTS_DIR": str(tmp_path), "WANDB_MODE": "offline"}
     name = "table10_rehearsal__qwen2.5-7b__ablation_q__medqa_usmle__w4096"
     subprocess.run([sys.executable, "-m", "medr2_hooks.cli.main", "sweep", "table10", "--rehearse", "--limit", "1",
-                    "--no_wandb", "--run", name], env=env, check=True, capture_output=True, timeout=1800)
+                    "--port-offset", "7", "--no_wandb", "--run", name], env=env, check=True, capture_output=True,
+                   timeout=1800)
     record = json.loads((tmp_path / "runs" / name / "run.json").read_text())
     usage = record["prepass"]["medqa_usmle_medr2"]["usage"]
-    served = usage["embedded:smollm2-135m-instruct@http://127.0.0.1:18135/v1"]
+    served = usage["embedded:smollm2-135m-instruct@http://127.0.0.1:18142/v1"]
     assert served["calls"] > 0 and set(served["by_role"]) >= {"classifier", "reformulator"}
     assert record["prepass"]["medqa_usmle_medr2"]["config"]["reformulate"] is True
     state = json.loads((tmp_path / "table10_rehearsal" / "sweep.json").read_text())

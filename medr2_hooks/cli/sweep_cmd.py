@@ -32,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --rehearse: pack at most this many tokens (default 4096: a 270M model reads "
                              "~150 tokens/s on 2 CPU cores)")
     parser.add_argument("--models", nargs="+", help="with --rehearse: these models only (default: all)")
+    parser.add_argument("--port-offset", type=int, default=0,
+                        help="with --rehearse: shift the stand-in servers' ports 18270/18135 (two rehearsals at once)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         from ..experiments.rehearse import Plan, rehearsal
 
         exp = rehearsal(exp, Plan(limit=args.limit, benchmarks=tuple(args.benchmarks or ()), window_cap=args.window_cap,
-                                        models=tuple(args.models or ())))
+                                        models=tuple(args.models or ()), port_offset=args.port_offset))
     runs = expand(exp)
     if args.run:
         known = {r.name for r in runs}
@@ -84,7 +86,7 @@ def _rehearse(exp, runs, wandb: bool) -> dict:
     import json
 
     from .. import settings
-    from ..experiments.rehearse import PORTS, servers_needed
+    from ..experiments.rehearse import servers_needed
     from ..experiments.sweep import sweep
     from ..fs import atomic_write_text
     from ..llm.serve import serve_process
@@ -96,6 +98,7 @@ def _rehearse(exp, runs, wandb: bool) -> dict:
     logs.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         for model in servers_needed(exp):
-            url = stack.enter_context(serve_process(model, PORTS[model], log_path=str(logs / f"{PORTS[model]}.log")))
+            port = exp.rehearsal["servers"][model]
+            url = stack.enter_context(serve_process(model, port, log_path=str(logs / f"{port}.log")))
             print(f"serving {model} at {url}", flush=True)
         return sweep(exp.name, runs, wandb=wandb)

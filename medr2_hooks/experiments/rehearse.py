@@ -43,6 +43,10 @@ class Plan:
     # 270M model on 2 CPU cores minutes per forward pass, and a pre-pass makes dozens of them
     window_cap: int = 4096
     models: tuple[str, ...] = ()  # default: every model (targets sharing a stand-in repeat the same computation)
+    port_offset: int = 0  # added to PORTS (two rehearsals on one machine)
+
+    def port(self, stand_in: str) -> int:
+        return PORTS[stand_in] + self.port_offset
 
     def __post_init__(self):
         if self.limit < 1 or self.window_cap < 512:
@@ -66,9 +70,9 @@ def served_stand_in(server: dict, target: ModelSpec, target_stand: str) -> str:
     return SMOLLM if "instruct" in model.lower() or "chat" in model.lower() else GEMMA
 
 
-def _served(stand_in: str, server: dict) -> dict:
+def _served(stand_in: str, server: dict, plan: Plan) -> dict:
     return {"backend": "openai", "model": stand_in, "tokenizer": stand_in, "max_length": CONTEXT[stand_in],
-            "base_url": f"http://127.0.0.1:{PORTS[stand_in]}/v1", "concurrency": server.get("concurrency", 4)}
+            "base_url": f"http://127.0.0.1:{plan.port(stand_in)}/v1", "concurrency": server.get("concurrency", 4)}
 
 
 def _cpu_sized(override: dict) -> dict:
@@ -98,8 +102,9 @@ def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
         roles = None
         if spec.role_set or spec.roles:
             declared = spec.roles or role_set(spec.role_set)
-            roles = {"llm": _served(served_stand_in(declared["llm"], spec, stand), declared["llm"]),
-                     "roles": {r: _served(served_stand_in(s, spec, stand), s) for r, s in declared["roles"].items()}}
+            roles = {"llm": _served(served_stand_in(declared["llm"], spec, stand), declared["llm"], plan),
+                     "roles": {r: _served(served_stand_in(s, spec, stand), s, plan)
+                               for r, s in declared["roles"].items()}}
         cap = min(CONTEXT[stand], plan.window_cap)
         models.append(ModelSpec(name=spec.name, model=stand, roles=roles, pack_window_cap=cap,
                                 finetuned=CPU_FINETUNED if "finetune" in exp.methods else None))
@@ -116,7 +121,7 @@ def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
                     f"of {', '.join(benchmarks)}); accuracies say nothing about the paper's models.",
         rehearsal={"of": exp.name, "plan": {"limit": plan.limit, "benchmarks": benchmarks, "window_cap": plan.window_cap,
                             "models": [m.name for m in models]},
-                   "models": mapping, "servers": {m: PORTS[m] for m in CONTEXT},
+                   "models": mapping, "servers": {m: plan.port(m) for m in CONTEXT},
                    "windows_capped": capped, "cpu_loop": CPU_LOOP, "cpu_k": CPU_K,
                    "replaced": {k: exp.method_override[k] for k in GPU_ONLY if k in exp.method_override}})
 
