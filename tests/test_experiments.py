@@ -154,3 +154,24 @@ def test_cache_reuse_is_all_windows_over_the_most_expensive_one():
     done = {r.name: {"prepass_seconds": s} for r, s in zip(runs, [300.0, 12.0, 18.0])}
     (reuse,) = cache_reuse(runs, done)
     assert reuse["windows"] == 3 and reuse["ratio"] == pytest.approx(330 / 300)
+
+
+def test_a_run_that_reused_packs_costs_no_pre_pass(tmp_path, monkeypatch):
+    """Windows whose pre-pass is the same (a rehearsal's windows above its cap) reuse the packs: their run records
+    carry the record of the run that made them, which must not be counted again."""
+    from medr2_hooks.experiments.report import load_runs
+
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path))
+    runs = [r for r in expand(load_experiment("table9_embedded")) if r.method == "medr2"][:2]
+    record = {"wall_seconds": 300.0, "usage": {"m": {"calls": 14, "prompt_tokens": 9000}},
+              "packed_tokens": {"items": 1, "mean": 3815.0, "max": 3815}}
+    for run, reused in zip(runs, (False, True)):
+        _fake_run(run, [1, 0])
+        path = tmp_path / "runs" / run.name / "run.json"
+        made = json.loads(path.read_text())
+        made.update(prepass={run.task: record}, prepared={run.task: {"reused": reused}})
+        path.write_text(json.dumps(made))
+    first, second = (load_runs(runs)[r.name] for r in runs)
+    assert (first["prepass_seconds"], first["model_calls"], first["prompt_tokens"]) == (300.0, 14, 9000)
+    assert (second["prepass_seconds"], second["model_calls"], second["packs_reused"]) == (0, 0, True)
+    assert first["packed_tokens"] == second["packed_tokens"] == 3815.0

@@ -60,11 +60,15 @@ def load_runs(runs: list[Run]) -> dict[str, dict]:
         invalid = record["results"][run.task].get("invalid,none")
         top1 = record["results"][run.task].get("top1,none")
         prepass = list((record.get("prepass") or {}).values())
+        # packs made by an earlier run (the same pre-pass identity, e.g. every window above a rehearsal's cap) cost
+        # this run nothing: their record describes the run that made them
+        reused = bool(((record.get("prepared") or {}).get(run.task) or {}).get("reused"))
+        paid = [] if reused else prepass
         out[run.name] = {"metric": metric[0], "score": metric[1], "items": items, "wall_seconds": record.get("wall_seconds"),
-                         "prepass_seconds": sum(p["wall_seconds"] for p in prepass) if prepass else None,
-                         "model_calls": sum(u["calls"] for p in prepass for u in p["usage"].values()) if prepass else None,
-                         "prompt_tokens": sum(u["prompt_tokens"] for p in prepass for u in p["usage"].values()) if prepass else None,
-                         "packed_tokens": _packed_mean(prepass),
+                         "prepass_seconds": sum(p["wall_seconds"] for p in paid) if prepass else None,
+                         "model_calls": sum(u["calls"] for p in paid for u in p["usage"].values()) if prepass else None,
+                         "prompt_tokens": sum(u["prompt_tokens"] for p in paid for u in p["usage"].values()) if prepass else None,
+                         "packs_reused": reused, "packed_tokens": _packed_mean(prepass),
                          "invalid": None if invalid is None else 100 * float(invalid), "finetune": record.get("finetune"),
                          "top1": None if top1 is None or metric[0] == "top1" else 100 * float(top1)}
     return out
@@ -294,7 +298,7 @@ def render(exp: Experiment) -> Path:
             train = got["finetune"]
             train_text = f"{train['train_seconds']} s, {train['tokens']} tokens, {train['steps']} steps" if train else ""
             invalid = "n/a (log-likelihood)" if got["invalid"] is None else f"{got['invalid']:.1f}"
-            md.append(f"| {run.name} | {invalid} | {got['wall_seconds']} | {got['prepass_seconds'] or ''} | "
+            md.append(f"| {run.name} | {invalid} | {got['wall_seconds']} | {'0 (packs reused)' if got.get('packs_reused') else got['prepass_seconds'] or ''} | "
                       f"{got['model_calls'] if got['model_calls'] is not None else ''} | {got['prompt_tokens'] or ''} | {train_text} |\n")
     reuse = cache_reuse(runs, done)
     if reuse:
