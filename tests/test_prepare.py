@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -79,7 +82,7 @@ def test_prepared_packs_reach_the_hook_without_a_model_call(own_cache, monkeypat
 
 
 def test_shards_in_any_order_and_ray_workers_assemble_the_same_packs(own_cache):
-    from medr2_hooks.lmeval.prepare import Shard, prepare_tasks, prepare_with_ray
+    from medr2_hooks.lmeval.prepare import Shard, prepare_tasks
 
     quiet = lambda *_: None  # noqa: E731
     own_cache("unsharded")
@@ -108,9 +111,17 @@ def test_shards_in_any_order_and_ray_workers_assemble_the_same_packs(own_cache):
     attached = prepass_records(config)[TASK]
     assert sorted(s["shard"] for s in attached["shards"]) == ["0/2", "1/2"]
 
+    # Ray, as a user runs it: `medr2 prepare --ray` in its own process. In the test process, Ray's crash-signal
+    # handlers would replace the JVM's (pyserini's Lucene runs in this process too), and the JVM's own SIGSEGVs
+    # (implicit null checks) would then kill pytest: a segfault seen in a local CI run.
     pytest.importorskip("ray")
     own_cache("ray")
-    out = prepare_with_ray([TASK], _metadata(), workers=2, log=quiet)[TASK]
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    done = subprocess.run([sys.executable, "-m", "medr2_hooks.cli.main", "prepare", "--tasks", TASK, "--metadata",
+                           json.dumps(_metadata()), "--ray", "--workers", "2", "--json"],
+                          env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)[TASK]
     assert [s["shard"] for s in out["shards"]] == ["0/2", "1/2"] and out["model_calls"] == 0
     assert Path(out["packs"]).read_bytes() == reference
 
