@@ -97,7 +97,8 @@ def _without_pretrained(model_args: str) -> str:
     return ",".join(a for a in model_args.split(",") if a and not a.startswith("pretrained="))
 
 
-def _pretrained(spec) -> str:
+def pretrained_of(spec) -> str:
+    """The hub id or folder a model spec loads (``pretrained=`` of its model_args, else its model)."""
     found = [a.split("=", 1)[1] for a in spec.model_args.split(",") if a.startswith("pretrained=")]
     return found[0] if found else spec.model
 
@@ -112,7 +113,7 @@ def finetune_checkpoint(exp: Experiment, spec, benchmark: str) -> dict:
         return {"checkpoint": str(Path(spec.finetuned).expanduser())}
     root = Path(os.path.expandvars(spec.checkpoints)).expanduser() if spec.checkpoints else \
         settings.cache_dir() / "finetune" / spec.name
-    base = _pretrained(spec)
+    base = pretrained_of(spec)
     return {"checkpoint": str(root / recipe / "final"), "recipe": recipe, "base_model": base,
             "train": f"accelerate launch --config_file finetune/accelerate/multi_gpu_fsdp.yaml -m medr2_hooks.finetune "
                      f"{recipe} --model {base} --output_dir {root / recipe}"}

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 from ..config import ConfigError
 from .config import Experiment, ModelSpec, role_set
+from .expand import pretrained_of
 
 GEMMA, SMOLLM = "embedded:gemma-270m", "embedded:smollm2-135m-instruct"
 CONTEXT = {GEMMA: 32768, SMOLLM: 8192}  # max_position_embeddings of the stand-ins
@@ -64,8 +65,7 @@ def served_stand_in(server: dict, target: ModelSpec, target_stand: str) -> str:
     """The stand-in of one served endpoint: the target's own (its CoT server), an instruction-tuned judge or a
     base-model proxy."""
     model = server.get("model", "")
-    pretrained = [a.split("=", 1)[1] for a in target.model_args.split(",") if a.startswith("pretrained=")]
-    if model in pretrained or model == target.tokenizer:
+    if model in (pretrained_of(target), target.tokenizer):
         return target_stand
     return SMOLLM if "instruct" in model.lower() or "chat" in model.lower() else GEMMA
 
