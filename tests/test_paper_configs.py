@@ -197,16 +197,27 @@ def test_a_rehearsal_run_reaches_its_roles_over_http(tmp_path):
     import subprocess
     import sys
 
-    env = {**os.environ, "MEDR2_RESULTS_DIR": str(tmp_path), "WANDB_MODE": "offline"}
+    from medr2_hooks import settings
+
+    # A stage cache of its own: with the user's, an earlier run of this test answers classify and reformulate from
+    # disk, no role is called, and nothing would show that the calls go over HTTP. Models and indexes are shared.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for folder in ("models", "indexes"):
+        if (settings.cache_dir() / folder).is_dir():
+            (cache / folder).symlink_to(settings.cache_dir() / folder)
+    results = tmp_path / "results"
+    env = {**os.environ, "MEDR2_RESULTS_DIR": str(results), "MEDR2_CACHE_DIR": str(cache), "WANDB_MODE": "offline"}
     name = "table10_rehearsal__qwen2.5-7b__ablation_q__medqa_usmle__w4096"
-    subprocess.run([sys.executable, "-m", "medr2_hooks.cli.main", "sweep", "table10", "--rehearse", "--limit", "1",
-                    "--port-offset", "7", "--no_wandb", "--run", name], env=env, check=True, capture_output=True,
-                   timeout=1800)
-    record = json.loads((tmp_path / "runs" / name / "run.json").read_text())
+    done = subprocess.run([sys.executable, "-m", "medr2_hooks.cli.main", "sweep", "table10", "--rehearse", "--limit",
+                           "1", "--port-offset", "7", "--no_wandb", "--run", name], env=env, capture_output=True,
+                          text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-6000:]
+    record = json.loads((results / "runs" / name / "run.json").read_text())
     usage = record["prepass"]["medqa_usmle_medr2"]["usage"]
     served = usage["embedded:smollm2-135m-instruct@http://127.0.0.1:18142/v1"]
     assert served["calls"] > 0 and set(served["by_role"]) >= {"classifier", "reformulator"}
     assert record["prepass"]["medqa_usmle_medr2"]["config"]["reformulate"] is True
-    state = json.loads((tmp_path / "table10_rehearsal" / "sweep.json").read_text())
+    state = json.loads((results / "table10_rehearsal" / "sweep.json").read_text())
     assert state["runs"][name]["status"] == "done"
-    assert json.loads((tmp_path / "table10_rehearsal" / "experiment.json").read_text())["rehearsal"]["of"] == "table10"
+    assert json.loads((results / "table10_rehearsal" / "experiment.json").read_text())["rehearsal"]["of"] == "table10"
