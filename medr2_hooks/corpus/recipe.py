@@ -28,6 +28,12 @@ class Source:
     def __post_init__(self):
         if self.reader not in READERS:
             raise ValueError(f"unknown reader {self.reader!r}; valid readers: {', '.join(READERS)}")
+        import inspect
+
+        params = list(inspect.signature(READERS[self.reader]).parameters)[3:]  # after paths, base, report
+        unknown = sorted(set(self.options) - set(params))
+        if unknown:
+            raise ValueError(f"reader {self.reader}: unknown option {unknown[0]!r}; valid options: {', '.join(params)}")
 
     def path_list(self) -> list[str]:
         return [self.paths] if isinstance(self.paths, str) else list(self.paths)

@@ -156,10 +156,90 @@ def generic_jsonl(paths: str, base: Path, report: SkipReport, source_type: str |
                 report.problem(path, line, "source_type", "invalid field", str(exc))
 
 
+TABLE_FIELDS = ("doc_id", "text", "title", "source_type", "evidence_level", "language")
+
+
+def _table_rows(path: Path, fmt: str, report: SkipReport) -> Iterator[tuple[int, dict]]:
+    """``(line, row)`` of a CSV (header row; the line a row starts on), JSONL, or JSON list file (``.gz`` allowed)."""
+    if fmt == "jsonl":
+        yield from _jsonl(path, report)
+        return
+    if fmt == "json":
+        text = "\n".join(t for _, t in _lines(path, report))
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            report.problem(path, exc.lineno, None, "invalid JSON", exc.msg)
+            return
+        if not isinstance(data, list):
+            raise DataError(f"{path}: expected a JSON list of objects, found {type(data).__name__}")
+        for i, obj in enumerate(data, 1):
+            if isinstance(obj, dict):
+                yield i, obj
+            else:
+                report.problem(path, i, None, "invalid JSON", "expected an object")
+        return
+    import csv
+
+    from ..data.readers import open_text
+
+    with open_text(path) as fh:
+        reader = csv.DictReader(fh)
+        _ = reader.fieldnames  # reads the header row
+        start = reader.line_num + 1
+        for row in reader:
+            yield start, row
+            start = reader.line_num + 1
+
+
+def table(paths: str, base: Path, report: SkipReport, fields: dict, format: str | None = None,
+          source_type: str | None = None, evidence_level: int | None = None, language: str = "en") -> Iterator[Document]:
+    """A user's own documents as a table (CSV with a header, JSONL, or a JSON list; ``.gz`` allowed), with the
+    columns named by ``fields``: ``doc_id`` and ``text`` required; ``title``, ``source_type``, ``evidence_level``
+    (1-9), ``language`` optional. ``source_type`` / ``evidence_level`` options give a fixed value where no column
+    does (guidelines are always level 3). ``format`` defaults to the file suffix."""
+    unknown = sorted(set(fields) - set(TABLE_FIELDS))
+    if unknown or not {"doc_id", "text"} <= set(fields):
+        raise DataError(f"table reader: fields must map doc_id and text (optionally {', '.join(TABLE_FIELDS[2:])}); "
+                        f"found {sorted(fields)}")
+    if "source_type" not in fields and source_type is None:
+        raise DataError("table reader: give a source_type column in fields or a fixed source_type option "
+                        "(paper, entry, book, guideline)")
+    for path in source_files(paths, base):
+        suffixes = path.suffixes[:-1] if path.suffix == ".gz" else path.suffixes
+        fmt = format or (suffixes[-1].lstrip(".") if suffixes else None)
+        if fmt not in ("csv", "jsonl", "json"):
+            raise DataError(f"{path}: table format csv, jsonl or json (from the suffix or the format option)")
+        header_checked = False
+        for line, obj in _table_rows(path, fmt, report):
+            if fmt == "csv" and not header_checked:
+                missing = [c for c in fields.values() if c not in obj]
+                if missing:
+                    raise DataError(f"{path}:1: column {missing[0]!r} (named in fields) is not in the header")
+                header_checked = True
+            names = {k: fields[k] for k in ("doc_id", "title", "text") if k in fields}
+            f = _text_fields(obj, names, path, line, report, optional=("title",))
+            if not f:
+                continue
+            level = obj.get(fields["evidence_level"]) if "evidence_level" in fields else evidence_level
+            try:
+                level = int(level) if level not in (None, "") else None
+                if level is not None and not 1 <= level <= 9:
+                    raise ValueError(f"evidence level {level} is not in 1-9")
+                yield Document(doc_id=f["doc_id"], title=f.get("title", ""), text=f["text"],
+                               source_type=obj.get(fields["source_type"]) if "source_type" in fields else source_type,
+                               language=obj.get(fields["language"], language) if "language" in fields else language,
+                               evidence_level=level, meta={"source": f"{path.name}:{line}"})
+            except ValueError as exc:
+                report.problem(path, line, fields.get("evidence_level") or fields.get("source_type"), "invalid field",
+                               str(exc))
+
+
 READERS = {
     "medqa_textbooks": medqa_textbooks,
     "medrag_jsonl": medrag_jsonl,
     "meditron_guidelines": meditron_guidelines,
     "pubmedqa_contexts": pubmedqa_contexts,
     "generic_jsonl": generic_jsonl,
+    "table": table,
 }
