@@ -4,6 +4,8 @@
   Default: ``../shared/data`` next to the current directory or next to the repository, when present.
 - ``MEDR2_CACHE_DIR``: converted models, indexes and stage caches. Default: ``~/.cache/medr2``.
 - ``MEDR2_RESULTS_DIR``: lm-eval results, samples and W&B offline runs. Default: ``./results``.
+- ``MEDR2_CONFIG_DIR``: the user's own declarations (``medr2 benchmark add``, ``medr2 wrap``) and the lm-eval
+  tasks made from them. Default: ``~/.config/medr2``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ def cache_dir() -> Path:
 
 def results_dir() -> Path:
     return Path(os.environ.get("MEDR2_RESULTS_DIR", "results")).expanduser()
+
+
+def config_dir() -> Path:
+    return Path(os.environ.get("MEDR2_CONFIG_DIR", Path.home() / ".config" / "medr2")).expanduser()
 
 
 def tasks_dir() -> Path:

@@ -20,9 +20,9 @@ def mirror(tmp_path, data_root):
     shutil.copy(data_root / "medmcqa" / "dev.json", tmp_path / "medmcqa" / "dev.json")
     for split in ("dev", "test"):
         shutil.copy(data_root / "medqa_usmle/US" / f"{split}.jsonl", tmp_path / "medqa_usmle/US" / f"{split}.jsonl")
-    data._load.cache_clear()
+    data._load_builtin.cache_clear()
     yield tmp_path
-    data._load.cache_clear()
+    data._load_builtin.cache_clear()
 
 
 def _rewrite_line(path, lineno, transform):
@@ -107,7 +107,7 @@ def test_mmlu_csv_row_with_wrong_arity(tmp_path, data_root):
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     lines.insert(4, "only,three,fields\n")
     path.write_text("".join(lines), encoding="utf-8")
-    data._load.cache_clear()
+    data._load_builtin.cache_clear()
     with pytest.raises(RowError) as err:
         data.load("mmlu_med", data_dir=tmp_path)
     assert err.value.line == 5 and "expected 6 fields, found 3" in str(err.value)

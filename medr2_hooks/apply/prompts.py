@@ -5,27 +5,17 @@
 - ``mmlu``    (``mmlu_*``):          ``{q.strip()}\\nA. ..\\n...Answer:`` after the subject description
 - ``pubmedqa``: the built-in prompt without its ``Abstract:`` line (question only, as in the paper);
   the choices are the labels ``yes``/``no``/``maybe`` and are not listed in the prompt.
-- MedXpertQA and NEJMQA use the ``medqa`` layout (options A–J / A–E).
+- MedXpertQA and NEJMQA use the ``medqa`` layout (options A–J / A–E); a declared benchmark names one of
+  ``medqa``, ``medmcqa``, ``mmlu`` (``prompt:``, default ``medqa``). Each benchmark's layout is its ``style``
+  in :data:`medr2_hooks.data.BENCHMARKS`.
 - ``diagnosis`` (RareArena): the case report, then a request for five ranked diagnoses, ending in
   ``Diagnoses:\n1.`` — the model continues the list (see :mod:`medr2_hooks.lmeval.diagnosis`).
 """
 
 from __future__ import annotations
 
-from ..errors import UnknownNameError
 from ..data.record import Question
 
-STYLE_OF = {
-    "medqa_usmle": "medqa",
-    "medqa_mcmle": "medqa",
-    "medmcqa": "medmcqa",
-    "pubmedqa": "pubmedqa",
-    "mmlu_med": "mmlu",
-    "medxpertqa": "medqa",
-    "nejmqa": "medqa",
-    "rarearena_rds": "diagnosis",
-    "rarearena_rdc": "diagnosis",
-}
 ANSWER_CUE, DIAGNOSIS_CUE = "Answer:", "Diagnoses:\n1."
 
 
@@ -36,10 +26,9 @@ def options_block(options: dict[str, str]) -> str:
 def question_prompt(benchmark: str, question: Question) -> str:
     """The question part of the prompt, ending in ``Answer:`` (lm-eval adds `` <choice>``) or, for free-text
     diagnosis, in ``Diagnoses:\n1.``."""
-    try:
-        style = STYLE_OF[benchmark]
-    except KeyError:
-        raise UnknownNameError("benchmark", benchmark, list(STYLE_OF)) from None
+    from .. import data
+
+    style = data.benchmark(benchmark).style  # a declared benchmark names its layout (``prompt:``)
     if style == "medqa":
         return f"Question: {question.question}\n{options_block(question.options)}Answer:"
     if style == "medmcqa":

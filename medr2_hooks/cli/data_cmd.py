@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     from .. import data, settings
     from ..errors import DataError
 
-    names = args.benchmarks or list(data.BENCHMARKS)
+    names = args.benchmarks or data.names()
     counts = {}
     for name in names:
         try:
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'benchmark':<14} {'eval':>6} {'demos':>6}  description")
     for name, c in counts.items():
         if c["eval"] is None:
-            print(f"{name:<14} {'-':>6} {'-':>6}  {data.BENCHMARKS[name].title}: not in the mirror")
+            print(f"{name:<14} {'-':>6} {'-':>6}  {data.benchmark(name).title}: not in the mirror")
             continue
-        print(f"{name:<14} {c['eval']:>6} {c['demos']:>6}  {data.BENCHMARKS[name].title}")
+        print(f"{name:<14} {c['eval']:>6} {c['demos']:>6}  {data.benchmark(name).title}")
     return 0

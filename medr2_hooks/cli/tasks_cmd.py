@@ -7,14 +7,15 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", nargs="?", default="list", choices=["list", "path"],
-                        help="list: task and group names; path: the folder to pass to lm_eval --include_path")
+                        help="list: task and group names; path: the one folder to pass to lm_eval --include_path "
+                        "(the shipped tasks, plus your declared benchmarks' and wrapped tasks when you have any)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import settings
-
     if args.action == "path":
-        print(settings.tasks_dir())
+        from ..lmeval.usertasks import lm_eval_folder
+
+        print(lm_eval_folder())
         return 0
     from ..lmeval.registry import task_manager
 

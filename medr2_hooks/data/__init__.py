@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import random
 from dataclasses import dataclass
 from functools import lru_cache
@@ -16,23 +18,27 @@ from pathlib import Path
 
 from .. import settings
 from ..errors import DataError, UnknownNameError
+from .declared import Declaration
 from .record import Question, Record
 
-__all__ = ["BENCHMARKS", "Benchmark", "Pools", "Question", "Record", "load", "pools", "DEMO_SEED"]
+__all__ = ["BENCHMARKS", "Benchmark", "Pools", "Question", "Record", "benchmark", "names", "load", "pools", "DEMO_SEED"]
 
 DEMO_SEED = 2025
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Benchmark:
     name: str
-    local: str  # "module:function(root) -> list[Record]"
+    local: str | None  # "module:function(root) -> list[Record]" (None: a declared benchmark)
     hub: str | None  # "module:function() -> list[Record]", None when the hub has no copy
     n_demos: int  # paper Table 7: CoT demonstrations taken out of the evaluation pool
     language: str
     title: str
     from_file: str | None = None  # "module:function(path) -> list[Record]": a user's own file (cases_file)
     kind: str = "qa"  # qa (Table 2) | clinical (Table 8)
+    style: str = "medqa"  # question layout (medr2_hooks.apply.prompts)
+    declaration: Declaration | None = None  # a user's YAML declaration (medr2 benchmark add)
 
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -40,17 +46,20 @@ BENCHMARKS: dict[str, Benchmark] = {
     for b in (
         Benchmark("medqa_usmle", "medqa:load_usmle", "medqa:load_usmle_hub", 10, "en", "MedQA-USMLE (5 options, dev+test)"),
         Benchmark("medqa_mcmle", "medqa:load_mcmle", None, 11, "zh", "MedQA-MCMLE (5 options, dev+test)"),
-        Benchmark("medmcqa", "medmcqa:load", "medmcqa:load_hub", 13, "en", "MedMCQA (dev)"),
-        Benchmark("pubmedqa", "pubmedqa:load", "pubmedqa:load_hub", 10, "en", "PubMedQA PQA-L (question only)"),
-        Benchmark("mmlu_med", "mmlu:load", "mmlu:load_hub", 9, "en", "MMLU-Med (6 subjects)"),
+        Benchmark("medmcqa", "medmcqa:load", "medmcqa:load_hub", 13, "en", "MedMCQA (dev)", style="medmcqa"),
+        Benchmark("pubmedqa", "pubmedqa:load", "pubmedqa:load_hub", 10, "en", "PubMedQA PQA-L (question only)",
+                  style="pubmedqa"),
+        Benchmark("mmlu_med", "mmlu:load", "mmlu:load_hub", 9, "en", "MMLU-Med (6 subjects)", style="mmlu"),
         Benchmark("medxpertqa", "medxpertqa:load", "medxpertqa:load_hub", 10, "en", "MedXpertQA Text (10 options)",
                   kind="clinical"),
         Benchmark("nejmqa", "nejmqa:load", None, 5, "en", "NEJMQA (default: AgentClinic-NEJM cases, not the paper's set)",
                   from_file="nejmqa:load_cases", kind="clinical"),
         Benchmark("rarearena_rds", "rarearena:load_rds", "rarearena:load_rds_hub", 2, "en",
-                  "RareArena RDS (rare-disease screening, free text)", from_file="rarearena:load_rds_file", kind="clinical"),
+                  "RareArena RDS (rare-disease screening, free text)", from_file="rarearena:load_rds_file", kind="clinical",
+                  style="diagnosis"),
         Benchmark("rarearena_rdc", "rarearena:load_rdc", "rarearena:load_rdc_hub", 2, "en",
-                  "RareArena RDC (rare-disease confirmation, free text)", from_file="rarearena:load_rdc_file", kind="clinical"),
+                  "RareArena RDC (rare-disease confirmation, free text)", from_file="rarearena:load_rdc_file", kind="clinical",
+                  style="diagnosis"),
     )
 }
 SOURCES = ("local", "hub")
@@ -62,10 +71,26 @@ class Pools:
     demos: list[Record]
 
 
+def declared_benchmarks() -> dict[str, Benchmark]:
+    """The user's registered benchmarks (``medr2 benchmark add``), read from ``$MEDR2_CONFIG_DIR`` on each call."""
+    from .user import declarations
+
+    return {n: Benchmark(n, None, None, d.n_demos, d.language, d.title, kind=d.kind, style=d.prompt, declaration=d)
+            for n, d in declarations().items()}
+
+
+def names() -> list[str]:
+    """Every benchmark name: the built-ins, then the user's."""
+    return [*BENCHMARKS, *declared_benchmarks()]
+
+
 def benchmark(name: str) -> Benchmark:
-    if name not in BENCHMARKS:
-        raise UnknownNameError("benchmark", name, list(BENCHMARKS))
-    return BENCHMARKS[name]
+    if name in BENCHMARKS:
+        return BENCHMARKS[name]
+    declared = declared_benchmarks()
+    if name not in declared:
+        raise UnknownNameError("benchmark", name, [*BENCHMARKS, *declared])
+    return declared[name]
 
 
 def call_loader(ref: str, *args) -> list[Record]:
@@ -83,8 +108,41 @@ def _root(data_dir: str | Path | None) -> Path:
     return root
 
 
+def _declared_rows(decl: Declaration) -> tuple[tuple[Record, ...], tuple[Record, ...] | None]:
+    from .declared import resolve
+
+    stamp = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns)
+                  for p in (resolve(s) for s in (decl.source, decl.demos) if s is not None and s.path is not None))
+    return _load_declared(json.dumps({**decl.to_json(), "origin": decl.origin}), settings.data_dir(), stamp)
+
+
 @lru_cache(maxsize=32)
+def _load_declared(declaration_json: str, root: Path | None, _files: tuple) -> tuple[tuple[Record, ...], tuple[Record, ...] | None]:
+    """A declared benchmark's rows and, when it names a demonstrations source, those (cached on the declaration,
+    the data folder and its files' sizes and times, so an edited declaration or file is read again)."""
+    from . import declared
+
+    decl = declared.parse(json.loads(declaration_json), "registered declaration")
+    loaded = declared.check(decl)
+    if loaded.skipped:
+        log.warning("%s: %d malformed rows skipped (lenient), first: %s", decl.name, len(loaded.skipped),
+                    loaded.skipped[0])
+    demos = tuple(declared.load(decl, decl.demos).records) if decl.demos else None
+    return tuple(loaded.records), demos
+
+
 def _load(name: str, source: str, root: Path | None, cases_file: str | None = None) -> tuple[Record, ...]:
+    spec = benchmark(name)
+    if spec.declaration is not None:
+        if cases_file or source != "local":
+            raise DataError(f"{name} is a declared benchmark: its source is its declaration "
+                            f"({spec.declaration.source.describe()}), not source={source!r} or a cases_file")
+        return _declared_rows(spec.declaration)[0]
+    return _load_builtin(name, source, root, cases_file)
+
+
+@lru_cache(maxsize=32)
+def _load_builtin(name: str, source: str, root: Path | None, cases_file: str | None = None) -> tuple[Record, ...]:
     spec = benchmark(name)
     if cases_file:
         if spec.from_file is None:
@@ -111,7 +169,8 @@ def load(name: str, *, source: str = "local", data_dir: str | Path | None = None
          cases_file: str | None = None) -> list[Record]:
     """Every item of a benchmark (evaluation pool and demonstrations together), in file order.
     ``cases_file``: a user's own file in the benchmark's schema (NEJMQA, RareArena) instead of the mirror/hub."""
-    root = _root(data_dir) if source == "local" and not cases_file else None
+    builtin = name in BENCHMARKS
+    root = _root(data_dir) if source == "local" and not cases_file and builtin else None
     return list(_load(name, source, root, str(cases_file) if cases_file else None))
 
 
@@ -128,7 +187,12 @@ def pools(name: str, *, source: str = "local", data_dir: str | Path | None = Non
     if isinstance(cases_file, dict):
         cases_file = cases_file.get(name)
     records = load(name, source=source, data_dir=data_dir, cases_file=cases_file)
-    chosen = demo_ids(records, benchmark(name).n_demos, seed)
+    spec = benchmark(name)
+    if spec.declaration is not None and spec.declaration.demos is not None:
+        demo_rows = _declared_rows(spec.declaration)[1]
+        chosen = demo_ids(list(demo_rows), spec.n_demos, seed)
+        return Pools(eval=records, demos=[r for r in demo_rows if r.id in chosen])
+    chosen = demo_ids(records, spec.n_demos, seed)
     return Pools(
         eval=[r for r in records if r.id not in chosen],
         demos=[r for r in records if r.id in chosen],

@@ -62,7 +62,7 @@ class Experiment:
         safe_component(self.name, "experiment name")
         for model in self.models:
             safe_component(model.name, "model name")
-        for kind, values, valid in (("method", self.methods, METHODS), ("benchmark", self.benchmarks, list(data.BENCHMARKS)),
+        for kind, values, valid in (("method", self.methods, METHODS), ("benchmark", self.benchmarks, data.names()),
                                     ("window", self.windows, WINDOWS)):
             bad = [v for v in values if v not in valid]
             if bad:

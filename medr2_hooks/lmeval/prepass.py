@@ -79,6 +79,10 @@ class PrepassSpec:
                "models": {role: backend_identity(self.cfg.role(role)) for role in ROLES}}
         if items:
             out.update(eval_ids=[r.id for r in self.eval_records], demo_ids=[r.id for r in self.demos])
+            if data.benchmark(self.benchmark).declaration is not None:
+                # a user's file may change under the same ids: what the pre-pass reads is part of its identity
+                out["content"] = stable_hash([[r.id, r.question, r.options] for r in self.eval_records] +
+                                             [[r.id, r.question, r.options, r.answer] for r in self.demos])
         return out
 
     @property

@@ -5,21 +5,25 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
-from .. import settings
 from ..errors import UnknownNameError
 
 
 def task_manager(include_defaults: bool = False, metadata: dict | None = None):
     """Our tasks only by default: skips indexing lm-eval's ~14,000 built-in YAML files (~10 s).
     ``metadata`` reaches every task's dataset hook (lm-eval merges it over the YAML metadata)."""
-    return _task_manager(include_defaults, json.dumps(metadata or {}, sort_keys=True))
+    from .usertasks import include_paths
+
+    paths = include_paths()
+    # the user's task files are part of the key: a benchmark registered since the last call is seen
+    user = tuple(sorted((str(p), p.stat().st_mtime_ns) for root in paths[1:] for p in root.glob("**/*.yaml")))
+    return _task_manager(include_defaults, json.dumps(metadata or {}, sort_keys=True), tuple(map(str, paths)), user)
 
 
 @lru_cache(maxsize=8)
-def _task_manager(include_defaults: bool, metadata_json: str):
+def _task_manager(include_defaults: bool, metadata_json: str, paths: tuple[str, ...], _user_files: tuple):
     from lm_eval.tasks import TaskManager
 
-    return TaskManager(include_path=str(settings.tasks_dir()), include_defaults=include_defaults,
+    return TaskManager(include_path=list(paths), include_defaults=include_defaults,
                        metadata=json.loads(metadata_json) or None)
 
 

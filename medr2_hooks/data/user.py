@@ -1,0 +1,57 @@
+"""The user's registered benchmarks: declarations kept under ``$MEDR2_CONFIG_DIR/benchmarks/<name>.yaml``.
+
+``medr2 benchmark add FILE`` validates every row of a declaration (:func:`medr2_hooks.data.declared.check`) and
+copies it here; from then on :func:`medr2_hooks.data.benchmark` knows the name in every process (lm-eval's too).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import settings
+from ..config import ConfigError, load_yaml
+from ..errors import UnknownNameError
+from ..fs import atomic_write_text
+from . import declared
+
+
+def folder() -> Path:
+    return settings.config_dir() / "benchmarks"
+
+
+def declarations() -> dict[str, declared.Declaration]:
+    out = {}
+    if folder().is_dir():
+        for path in sorted(folder().glob("*.yaml")):
+            decl = declared.parse(load_yaml(path), str(path))
+            if decl.name != path.stem:
+                raise ConfigError(f"{path}: declares {decl.name!r} but the file is named {path.stem!r}; "
+                                  f"remove it with `medr2 benchmark remove {path.stem}` and add it again")
+            out[decl.name] = decl
+    return out
+
+
+def register(decl: declared.Declaration, builtin: list[str], replace: bool = False) -> Path:
+    """Write ``decl`` (already checked) to the user folder; a built-in name, or a registered one without
+    ``replace``, is an error."""
+    import yaml
+
+    if decl.name in builtin:
+        raise ConfigError(f"{decl.origin}: name {decl.name!r} is a built-in benchmark; choose another name")
+    path = folder() / f"{decl.name}.yaml"
+    if path.exists() and not replace:
+        raise ConfigError(f"{decl.origin}: benchmark {decl.name!r} is already registered ({path}); "
+                          f"pass --replace to overwrite it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = f"# registered by `medr2 benchmark add {decl.origin}`\n" + yaml.safe_dump(decl.to_json(), sort_keys=False,
+                                                                                     allow_unicode=True)
+    atomic_write_text(path, text)
+    return path
+
+
+def unregister(name: str) -> Path:
+    path = folder() / f"{name}.yaml"
+    if not path.is_file():
+        raise UnknownNameError("registered benchmark", name, list(declarations()))
+    path.unlink()
+    return path
