@@ -14,6 +14,7 @@ from .output import json_stdout
 
 # name -> (module, one-line help). Each module defines add_arguments(parser) and run(args) -> int.
 COMMANDS = {
+    "benchmark": ("medr2_hooks.cli.benchmark_cmd", "add, list, show or remove a benchmark declared in YAML (no Python)"),
     "data": ("medr2_hooks.cli.data_cmd", "inspect the benchmark data (counts, sources)"),
     "eval": ("medr2_hooks.cli.eval_cmd", "run lm-eval on medr2 tasks, save results and an offline W&B run"),
     "finetune": ("medr2_hooks.cli.finetune_cmd", "full-parameter fine-tuning baseline (accelerate), resumable"),
@@ -25,6 +26,7 @@ COMMANDS = {
     "serve": ("medr2_hooks.cli.serve_cmd", "OpenAI-compatible completions server over a local model (vllm serve stand-in)"),
     "sweep": ("medr2_hooks.cli.sweep_cmd", "expand an experiment config into runs and execute them (resumable)"),
     "tasks": ("medr2_hooks.cli.tasks_cmd", "list the lm-eval tasks and groups this package ships"),
+    "wrap": ("medr2_hooks.cli.wrap_cmd", "Med-R² around an lm-eval built-in multiple-choice task (keeps its prompt)"),
 }
 
 
@@ -34,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Med-R² evidence-based-medicine RAG evaluation harness (lm-evaluation-harness tasks).",
         epilog="Settings: MEDR2_DATA_DIR (benchmark files, default ../shared/data), MEDR2_CACHE_DIR "
         "(models, indexes, stage caches, default ~/.cache/medr2), MEDR2_RESULTS_DIR (default ./results), "
+        "MEDR2_CONFIG_DIR (your declared benchmarks and wrapped tasks, default ~/.config/medr2), "
         "WANDB_MODE (default offline).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
