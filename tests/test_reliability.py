@@ -395,3 +395,38 @@ def test_a_run_records_its_own_prepass_and_no_credential_anywhere(tmp_path, monk
         run_eval(EvalConfig(tasks=["medqa_usmle_vanilla_rag"], limit=1, run_name="fails", wandb=False,
                             metadata={"method_override": {"retrieve_k": 0}}))
     assert not (tmp_path / "results" / "runs" / "fails").exists()
+
+
+def test_a_child_process_dies_with_its_parent(tmp_path):
+    """``medr2 prepare`` under ``medr2 eval`` and ``medr2 serve`` under a rehearsal: a SIGKILLed parent (Slurm's
+    time limit) leaves no orphan holding the GPU or the port."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        "from medr2_hooks.procs import die_with_parent\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], preexec_fn=die_with_parent)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(120)\n")], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    os.kill(child, 0)  # alive
+    parent.kill()
+    parent.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        try:  # reaped by init, or a zombie until then
+            if open(f"/proc/{child}/stat").read().split()[2] == "Z":
+                return
+        except FileNotFoundError:
+            return
+        time.sleep(0.1)
+    os.kill(child, signal.SIGKILL)
+    raise AssertionError("the child outlived its parent")

@@ -178,6 +178,7 @@ def serve_process(model: str, port: int, name: str | None = None, batch_size: in
     import urllib.request
 
     from ..errors import Medr2Error
+    from ..procs import die_with_parent
 
     with socket.socket() as s:
         try:
@@ -188,7 +189,8 @@ def serve_process(model: str, port: int, name: str | None = None, batch_size: in
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen([sys.executable, "-m", "medr2_hooks.cli.main", "serve", "--model", model, "--name",
                              name or model, "--port", str(port), "--batch-size", str(batch_size)],
-                            stdout=out, stderr=subprocess.STDOUT if log_path else subprocess.DEVNULL)
+                            stdout=out, stderr=subprocess.STDOUT if log_path else subprocess.DEVNULL,
+                            preexec_fn=die_with_parent)
     try:
         deadline = time.time() + ready_seconds
         while True:

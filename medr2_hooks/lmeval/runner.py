@@ -155,6 +155,7 @@ def prepare_in_subprocess(tasks: list[str], metadata: dict) -> dict:
     before lm-eval loads the target, and the hooks then only read the packs. ``{}`` when no task has a pre-pass."""
     import sys
 
+    from ..procs import die_with_parent
     from .prepass import task_hook_kwargs
 
     retrieval = list(task_hook_kwargs(tasks, metadata))
@@ -162,7 +163,8 @@ def prepare_in_subprocess(tasks: list[str], metadata: dict) -> dict:
         return {}
     command = [sys.executable, "-m", "medr2_hooks.cli.main", "prepare", "--tasks", ",".join(retrieval),
                "--metadata", json.dumps(metadata), "--json"]
-    done = subprocess.run(command, stdout=subprocess.PIPE, text=True)  # stderr: the prepare log, to the user
+    # stderr: the prepare log, to the user; the child dies with this process (no orphan keeps the GPU)
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
     if done.returncode != 0:
         raise Medr2Error(f"medr2 prepare failed (exit {done.returncode}) for {', '.join(retrieval)}; see its log above")
     return json.loads(done.stdout)
