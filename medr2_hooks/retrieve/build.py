@@ -179,18 +179,26 @@ def build_sparse_bm25(recipe: Recipe, store: CorpusStore, folder: Path, log=prin
     from .sparse import build_bm25
 
     cfg = recipe.bm25
-    texts = store.passage_texts(range(len(store.passages)))
+    n = len(store.passages)
     if cfg.backend == "pyserini":
         from .lucene import build_lucene_bm25
         from .sparse import bm25_tokenize
 
         folder.mkdir(parents=True, exist_ok=True)
-        lucene = build_lucene_bm25(bm25_tokenize(texts, cfg.stopwords), folder / LUCENE)
-        log(f"bm25: {len(texts)} passages (Lucene {lucene['anserini']}, k1={cfg.k1}, b={cfg.b})")
+        tokens = (doc for texts in passage_batches(store) for doc in bm25_tokenize(texts, cfg.stopwords))
+        lucene = build_lucene_bm25(tokens, folder / LUCENE)
+        log(f"bm25: {n} passages (Lucene {lucene['anserini']}, k1={cfg.k1}, b={cfg.b})")
         return {**asdict(cfg), "lucene": lucene}
-    build_bm25(texts, folder, cfg.k1, cfg.b, cfg.method, cfg.stopwords)
-    log(f"bm25: {len(texts)} passages (bm25s, k1={cfg.k1}, b={cfg.b})")
+    build_bm25(passage_batches(store), folder, cfg.k1, cfg.b, cfg.method, cfg.stopwords)
+    log(f"bm25: {n} passages (bm25s, k1={cfg.k1}, b={cfg.b})")
     return asdict(cfg)
+
+
+def passage_batches(store: CorpusStore, size: int = CORPUS_BATCH):
+    """The store's passage texts in order, ``size`` at a time (sparse builds never hold them all)."""
+    n = len(store.passages)
+    for start in range(0, n, size):
+        yield store.passage_texts(range(start, min(start + size, n)))
 
 
 def build_sparse_splade(recipe: Recipe, store: CorpusStore, folder: Path, log=print) -> dict:

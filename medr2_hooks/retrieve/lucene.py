@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -97,8 +98,8 @@ def _index_collection(lines, collection: str, folder: Path, args: list[str], thr
     return digest.hexdigest()
 
 
-def build_lucene_bm25(token_lists: list[list[str]], folder: Path, threads: int | None = None) -> dict:
-    """A Lucene index of pre-tokenised passages; document ids are passage rows."""
+def build_lucene_bm25(token_lists: Iterable[list[str]], folder: Path, threads: int | None = None) -> dict:
+    """A Lucene index of pre-tokenised passages (streamed to disk); document ids are passage rows."""
     lines = (json.dumps({"id": str(row), "contents": " ".join(tokens)}) for row, tokens in enumerate(token_lists))
     digest = _index_collection(lines, "JsonCollection", folder, ["-pretokenized"], threads or os.cpu_count() or 1)
     return {"input_sha256": digest, "anserini": anserini_version()}

@@ -23,21 +23,55 @@ def bm25_tokenize(texts: list[str], stopwords: str = "en") -> list[list[str]]:
     return bm25s.tokenize(texts, lower=True, stopwords=stopwords, return_ids=False, show_progress=False)
 
 
-def build_bm25(texts: list[str], folder: Path, k1: float, b: float, method: str, stopwords: str) -> None:
+class TokenIds:
+    """Every passage's token ids as one flat int32 file plus offsets, handed to bm25s as its ``corpus.ids``: bm25s
+    iterates them passage by passage (twice, plus once for lengths), so the corpus's tokens are never all in RAM.
+    ``remap`` renumbers the first-seen ids into the sorted vocabulary's."""
+
+    def __init__(self, path: Path, offsets: np.ndarray, remap: np.ndarray):
+        self.offsets, self.remap = offsets, remap
+        self.flat = np.memmap(path, dtype=np.int32, mode="r") if offsets[-1] else np.zeros(0, np.int32)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __iter__(self):
+        flat, offsets, remap = self.flat, self.offsets, self.remap
+        for i in range(len(self)):
+            yield remap[flat[offsets[i]:offsets[i + 1]]].tolist()
+
+
+def build_bm25(batches, folder: Path, k1: float, b: float, method: str, stopwords: str) -> int:
+    """A bm25s index of the passages in ``batches`` (lists of texts, in passage order), tokenised batch by batch
+    and kept as ids on disk while bm25s scores them; returns the number of passages. The saved index is the same,
+    byte for byte, as bm25s' own ``index`` of all the tokens at once (``tests/test_scale.py``)."""
     import bm25s
 
-    tokens = bm25_tokenize(texts, stopwords)
+    scratch = folder.with_name(folder.name + ".ids.int32")
+    vocab: dict[str, int] = {}
+    offsets = [0]
+    with open(scratch, "wb") as fh:
+        for texts in batches:
+            for doc in bm25_tokenize(texts, stopwords):
+                np.fromiter((vocab.setdefault(t, len(vocab)) for t in doc), np.int32, len(doc)).tofile(fh)
+                offsets.append(offsets[-1] + len(doc))
     # bm25s numbers its vocabulary in set order, which changes with Python's hash seed; a sorted vocabulary
     # makes the saved index byte-identical from one build to the next.
-    vocab = {term: i for i, term in enumerate(sorted({t for doc in tokens for t in doc}))}
-    ids = [[vocab[t] for t in doc] for doc in tokens]
+    terms = sorted(vocab)
+    remap = np.empty(len(terms), np.int32)
+    remap[np.fromiter((vocab[t] for t in terms), np.int64, len(terms))] = np.arange(len(terms), dtype=np.int32)
+    ids = TokenIds(scratch, np.asarray(offsets, np.int64), remap)
     retriever = bm25s.BM25(k1=k1, b=b, method=method)
-    retriever.index(bm25s.tokenization.Tokenized(ids=ids, vocab=vocab), show_progress=False)
+    retriever.index(bm25s.tokenization.Tokenized(ids=ids, vocab={t: i for i, t in enumerate(terms)}),
+                    show_progress=False)
+    del ids
+    scratch.unlink()
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     retriever.save(str(tmp), show_progress=False)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
+    return len(offsets) - 1
 
 
 class BM25Index:
