@@ -17,7 +17,7 @@ The wrapped prompt is the built-in's, so the pre-pass chain of thought is not in
 from __future__ import annotations
 
 from .. import data, settings
-from ..config import ConfigError, load_yaml
+from ..config import ConfigError
 from ..data import declared
 from .usertasks import METHODS
 
@@ -71,7 +71,10 @@ def splits(cfg: dict) -> list[str]:
 
 def method_settings() -> dict:
     """The shipped Med-R² template's method settings (``tasks/medr2/_medr2_template_yaml``)."""
-    return load_yaml(settings.tasks_dir() / "medr2" / "_medr2_template_yaml")["metadata"]["method"]
+    from lm_eval.tasks._yaml_loader import load_yaml as lm_load_yaml
+
+    template = settings.tasks_dir() / "medr2" / "_medr2_template_yaml"
+    return lm_load_yaml(template, resolve_func=False, recursive=False)["metadata"]["method"]
 
 
 def load_dataset(benchmark: str, wrap_method: str, description: str = "", test_split: str = "test",
