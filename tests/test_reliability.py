@@ -313,7 +313,7 @@ def test_a_cache_row_of_the_wrong_shape_is_corrupt_and_recomputed(tmp_path):
 
 
 def test_a_truncated_dense_shard_is_re_encoded(tmp_path):
-    from medr2_hooks.retrieve.dense import encode_shards
+    from medr2_hooks.retrieve.shards import encode_shards
 
     calls = []
 

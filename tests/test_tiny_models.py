@@ -87,10 +87,45 @@ def test_splade_retriever_in_a_built_index(tmp_path, tiny_mlm):
                                 "segmentation": {"tokenizer": "whitespace"}, "dense": None, "bm25": {},
                                 "splade": {"model": tiny_mlm, "max_length": 64, "query_max_length": 32}}, "tiny")
     manifest = build(recipe, folder=tmp_path / "idx", log=lambda *_: None)
-    assert "splade" in manifest and "splade/docs.npz" in manifest["files"]
+    assert "splade" in manifest and "splade/splade-00000.npz" in manifest["files"]
     (hits,) = Searcher.open(tmp_path / "idx").search(["scurvy vitamin"], k=3)
     assert {h.doc_id for h in hits} == {"d0", "d1", "d2"}
     assert all({"splade", "bm25"} >= set(h.scores) for h in hits)
+
+
+def test_splade_shards_resume_and_equal_one_encoding(tmp_path, tiny_mlm, monkeypatch):
+    """Shard by shard (2 passages each): a lost shard is the only one encoded again, and the shards together are
+    the matrix one call over every passage gives."""
+    from medr2_hooks.config import from_dict
+    from medr2_hooks.corpus.recipe import Recipe
+    from medr2_hooks.corpus.store import CorpusStore
+    from medr2_hooks.retrieve import sparse as sparse_module
+    from medr2_hooks.retrieve.build import build
+    from medr2_hooks.retrieve.sparse import SpladeEncoder, load_csr_shards
+
+    texts = TEXTS * 3
+    (tmp_path / "docs.jsonl").write_text("".join(
+        f'{{"doc_id": "d{i}", "text": "{t}", "source_type": "book"}}\n' for i, t in enumerate(texts)))
+    recipe = from_dict(Recipe, {"name": "tiny", "folder": str(tmp_path),
+                                "sources": [{"reader": "generic_jsonl", "base": "recipe", "paths": "docs.jsonl"}],
+                                "segmentation": {"tokenizer": "whitespace"}, "dense": None, "bm25": None,
+                                "splade": {"model": tiny_mlm, "max_length": 64, "shard_size": 2}}, "tiny")
+    build(recipe, folder=tmp_path / "idx", log=lambda *_: None)
+    shards = sorted((tmp_path / "idx" / "splade").glob("splade-*.npz"))
+    assert len(shards) == 5
+    encoder = SpladeEncoder(tiny_mlm, max_length=64)
+    store = CorpusStore(tmp_path / "idx" / "corpus")
+    whole = encoder.encode(store.passage_texts(range(len(store.passages))))
+    store.close()
+    ours = load_csr_shards(tmp_path / "idx" / "splade", encoder.vocab_size)
+    assert ours.shape == whole.shape and abs(ours - whole).max() < 1e-5
+    shards[3].unlink()
+    calls = []
+    real = sparse_module.SpladeEncoder.encode
+    monkeypatch.setattr(sparse_module.SpladeEncoder, "encode",
+                        lambda self, t, query=False: calls.append(len(t)) or real(self, t, query))
+    build(recipe, folder=tmp_path / "idx", log=lambda *_: None)
+    assert calls == [2]
 
 
 def test_splade_pyserini_impact_index_scores_the_quantised_dot_product(tmp_path, tiny_mlm):

@@ -82,9 +82,10 @@ class Splade:
     batch_size: int = 16
     index: str = "csr"  # csr (scipy matrix product) | pyserini (Lucene impact index; the sparse extra + Java 21)
     quantization: float = 100.0  # pyserini impact index: integer impact = round(weight * quantization)
+    shard_size: int = 8192  # passages encoded and written together (a killed build resumes at the next shard)
 
     def __post_init__(self):
-        for name in ("max_length", "query_max_length", "batch_size"):
+        for name in ("max_length", "query_max_length", "batch_size", "shard_size"):
             in_range(self, name, 1)
         in_range(self, "quantization", 0, low_open=True)
         if self.index not in ("csr", "pyserini"):

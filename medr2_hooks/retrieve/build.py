@@ -4,7 +4,7 @@
         corpus/          documents, passages (corpus.json marks the stage done)
         dense/           emb-*.npy shards (shards.json: their identity), index.faiss
         bm25/            bm25s index (or bm25/lucene/: Lucene index, backend pyserini)
-        splade/          docs.npz (CSR) (+ splade/lucene/: impact index, index pyserini)
+        splade/          splade-NNNNN.npz (CSR shards) (+ splade/lucene/: impact index, index pyserini)
         manifest.json    recipe, hashes, encoder fingerprint, factory, counts, file hashes (written last)
         build_report.json  stage timings, peak RSS, bytes, skipped input (not part of the index identity)
 
@@ -144,7 +144,8 @@ def build_corpus(recipe: Recipe, folder: Path, log=print) -> dict:
 def build_dense(recipe: Recipe, store: CorpusStore, folder: Path, corpus_hash: str, log=print) -> dict:
     from tqdm.auto import tqdm
 
-    from .dense import build_faiss, encode_shards
+    from .dense import build_faiss
+    from .shards import encode_shards
     from .encoders import DenseEncoder
 
     cfg = recipe.dense
@@ -201,22 +202,30 @@ def passage_batches(store: CorpusStore, size: int = CORPUS_BATCH):
         yield store.passage_texts(range(start, min(start + size, n)))
 
 
-def build_sparse_splade(recipe: Recipe, store: CorpusStore, folder: Path, log=print) -> dict:
-    from .sparse import SpladeEncoder, save_csr
+def build_sparse_splade(recipe: Recipe, store: CorpusStore, folder: Path, corpus_hash: str, log=print) -> dict:
+    """SPLADE weights encoded shard by shard into ``splade/splade-NNNNN.npz`` (CSR; a killed build resumes at the
+    next shard; the shards are the index, read together at search time), plus Lucene's impact index when asked."""
+    from tqdm.auto import tqdm
+
+    from .encoders import weights_revision
+    from .shards import CSR, encode_shards
+    from .sparse import SpladeEncoder, load_csr_shards
 
     cfg = recipe.splade
     encoder = SpladeEncoder(cfg.model, cfg.max_length, cfg.query_max_length, cfg.batch_size)
-    folder.mkdir(parents=True, exist_ok=True)
-    matrix = encoder.encode(store.passage_texts(range(len(store.passages))))
-    save_csr(folder / "docs.npz", matrix)
-    log(f"splade: {matrix.shape[0]} passages, {matrix.nnz / max(matrix.shape[0], 1):.0f} non-zeros per passage")
-    from .encoders import weights_revision
-
-    out = {**asdict(cfg), "revision": weights_revision(encoder.tokenizer.name_or_path)}
+    n = len(store.passages)
+    identity = {"model": cfg.model, "revision": weights_revision(encoder.tokenizer.name_or_path),
+                "max_length": cfg.max_length, "corpus_hash": corpus_hash, "shard_size": cfg.shard_size}
+    with tqdm(total=n, desc="splade: encoding passages", unit="passage", mininterval=5) as bar:
+        shards = encode_shards(folder, n, lambda s, e: store.passage_texts(range(s, e)), encoder.encode,
+                               cfg.shard_size, identity, progress=bar, fmt=CSR)
+    log(f"splade: {n} passages in {len(shards)} shards of {cfg.shard_size}")
+    out = {**asdict(cfg), "revision": identity["revision"], "shards": len(shards)}
     if cfg.index == "pyserini":
         from .lucene import build_lucene_impact
 
-        out["lucene"] = build_lucene_impact(matrix, encoder.vocabulary(), folder / LUCENE, cfg.quantization)
+        out["lucene"] = build_lucene_impact(load_csr_shards(folder, encoder.vocab_size), encoder.vocabulary(),
+                                            folder / LUCENE, cfg.quantization)
         log(f"splade: Lucene impact index (Anserini {out['lucene']['anserini']}, x{cfg.quantization:g} quantised)")
     return out
 
@@ -246,7 +255,7 @@ def build(recipe: Recipe, folder: Path | None = None, log=print) -> dict:
     if recipe.bm25:
         manifest["bm25"] = timed("bm25", build_sparse_bm25, recipe, store, folder / "bm25")
     if recipe.splade:
-        manifest["splade"] = timed("splade", build_sparse_splade, recipe, store, folder / "splade")
+        manifest["splade"] = timed("splade", build_sparse_splade, recipe, store, folder / "splade", corpus["corpus_hash"])
     store.close()
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in ("manifest.json", "build_report.json", "inputs.json")
                    and ".tmp" not in p.name and LUCENE not in p.relative_to(folder).parts)

@@ -6,53 +6,12 @@ FAISS uses all cores; with faiss-gpu and a GPU the index is moved to the GPUs fo
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from ..fs import atomic_save_npy, atomic_write_text
 from ..errors import Medr2Error
-
-
-def shard_paths(folder: Path, n: int, shard_size: int) -> list[tuple[Path, int, int]]:
-    return [(folder / f"emb-{i // shard_size:05d}.npy", i, min(i + shard_size, n)) for i in range(0, n, shard_size)]
-
-
-def encode_shards(folder: Path, n: int, texts: Callable[[int, int], list[str]], encode: Callable, shard_size: int,
-                  identity: dict, progress=None) -> list[Path]:
-    """Encode passages ``[0, n)`` shard by shard, skipping shards already on disk for the same ``identity``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    ident_path = folder / "shards.json"
-    ident = json.dumps(identity, sort_keys=True)
-    if not ident_path.exists() or ident_path.read_text() != ident:
-        for old in folder.glob("emb-*.npy"):
-            old.unlink()
-        atomic_write_text(ident_path, ident)
-    paths = []
-    for path, start, end in shard_paths(folder, n, shard_size):
-        if _complete_shard(path, end - start):
-            if progress:
-                progress.update(end - start)
-        else:
-            atomic_save_npy(path, encode(texts(start, end)))
-            if progress:
-                progress.update(end - start)
-        paths.append(path)
-    return paths
-
-
-def _complete_shard(path: Path, rows: int) -> bool:
-    """A shard on disk with all its rows; a truncated or damaged file counts as missing (it is re-encoded)."""
-    if not path.exists():
-        return False
-    try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError):
-        return False
-    return array.ndim == 2 and array.shape[0] == rows
 
 
 def build_faiss(shards: list[Path], dim: int, factory: str, out: Path, train_size: int, seed: int = 0) -> int:

@@ -121,7 +121,7 @@ class Searcher:
 
                 self._splade = LuceneImpactIndex(self.folder / "splade" / LUCENE, encoder, cfg["quantization"])
             else:
-                self._splade = SpladeIndex(self.folder / "splade" / "docs.npz", encoder)
+                self._splade = SpladeIndex(self.folder / "splade", encoder)
         return self._splade.search(queries, depth)
 
     def embeddings(self, passages: list[int]) -> np.ndarray:

@@ -162,11 +162,24 @@ def save_csr(path: Path, matrix) -> None:
     os.replace(tmp, path)
 
 
+def load_csr_shards(folder: Path, vocab_size: int):
+    """The passage-by-vocabulary CSR matrix of a build's SPLADE shards (``splade-NNNNN.npz``), in passage order."""
+    from scipy import sparse
+
+    shards = sorted(folder.glob("splade-[0-9]*.npz"))
+    if not shards:
+        return sparse.csr_matrix((0, vocab_size), dtype=np.float32)
+    return sparse.vstack([sparse.load_npz(p) for p in shards], format="csr").astype(np.float32)
+
+
 class SpladeIndex:
+    """SPLADE weights of every passage (a ``.npz`` CSR file, or a build's folder of shards) searched by sparse
+    dot products."""
+
     def __init__(self, path: Path, encoder: SpladeEncoder):
         from scipy import sparse
 
-        self.docs = sparse.load_npz(path).tocsr()
+        self.docs = load_csr_shards(path, encoder.vocab_size) if path.is_dir() else sparse.load_npz(path).tocsr()
         self.encoder = encoder
 
     def search(self, queries: list[str], k: int, chunk: int = 64) -> tuple[np.ndarray, np.ndarray]:
