@@ -57,3 +57,45 @@ def test_a_10k_document_corpus_builds_and_finds_its_documents(tmp_path, words):
     queries = [" ".join(d["text"].split()[5:35]) for d in picked]
     hits = Searcher.open(tmp_path / "index").search(queries, k=1, unit="document")
     assert [h[0].doc_id for h in hits] == [d["doc_id"] for d in picked]
+
+
+@pytest.mark.slow
+def test_two_node_shards_merge_to_the_one_machine_manifest(tmp_path, words, monkeypatch):
+    """``--corpus-only``, then parts 0/2 and 1/2 (as two nodes would, into one shared folder), then the merge: the
+    manifest (every file's sha256 included) equals a one-machine build's, and the merge encodes nothing."""
+    import json
+
+    from medr2_hooks.corpus.recipe import BM25, Dense, Recipe, Source
+    from medr2_hooks.corpus.segment import Segmentation
+    from medr2_hooks.errors import Medr2Error
+    from medr2_hooks.retrieve import encoders
+    from medr2_hooks.retrieve.build import build, build_corpus, build_part
+
+    write_jsonl(tmp_path / "syn.jsonl", documents(150, *words, seed=3, mean_tokens=60))
+    recipe = Recipe(name="syn", sources=[Source(reader="generic_jsonl", paths="syn.jsonl", base=str(tmp_path))],
+                    segmentation=Segmentation(tokenizer="whitespace", passage_tokens=48, passage_overlap=8),
+                    dense=Dense(shard_size=32, factory="Flat"), bm25=BM25())
+    one = build(recipe, tmp_path / "one", log=lambda *_: None)
+
+    with pytest.raises(Medr2Error, match="--corpus-only"):
+        build_part(recipe, (0, 2), tmp_path / "two", log=lambda *_: None)
+    build_corpus(recipe, tmp_path / "two" / "corpus", log=lambda *_: None)
+    for i in (1, 0):
+        assert build_part(recipe, (i, 2), tmp_path / "two", log=lambda *_: None)["part"] == f"{i}/2"
+    shards = sorted(p.name for p in (tmp_path / "two" / "dense").glob("emb-*.npy"))
+    assert len(shards) == -(-one["counts"]["passages"] // 32) >= 4
+    calls = []
+    real = encoders.DenseEncoder.encode_corpus
+    monkeypatch.setattr(encoders.DenseEncoder, "encode_corpus", lambda self, t: calls.append(len(t)) or real(self, t))
+    two = build(recipe, tmp_path / "two", log=lambda *_: None)
+    assert calls == []
+    assert json.dumps(two, sort_keys=True) == json.dumps(one, sort_keys=True)
+
+
+def test_a_bad_shard_spec_is_a_one_line_error(capsys):
+    from medr2_hooks.cli.main import main
+
+    assert main(["index", "build", "textbooks_demo", "--shard", "two/8"]) == 2
+    assert "expected I/N" in capsys.readouterr().err
+    assert main(["index", "build", "textbooks_demo", "--shard", "8/8"]) == 2
+    assert "0 <= i < n" in capsys.readouterr().err

@@ -14,6 +14,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "textbooks_bge, medcorp). Built indexes live in $MEDR2_CACHE_DIR/indexes/<name>/.")
     build.add_argument("recipe", help="recipe name or YAML path")
     build.add_argument("--lenient", action="store_true", help="skip and count bad input instead of failing")
+    build.add_argument("--corpus-only", action="store_true", help="read, segment and store the corpus, then stop "
+                       "(once, before the --shard parts)")
+    build.add_argument("--shard", metavar="I/N", help="encode only dense and SPLADE shards I, I+N, ... into the shared "
+                       "index folder (one node of a Slurm array or a Ray job; run --corpus-only first, and "
+                       "`medr2 index build RECIPE` after every part to train, fill and write the manifest)")
     info = sub.add_parser("info", help="print an index's manifest summary")
     info.add_argument("name", help="index name or folder")
     info.add_argument("--json", action="store_true", help="print the whole manifest")
@@ -33,12 +38,21 @@ def run(args: argparse.Namespace) -> int:
         import dataclasses
 
         from ..corpus.recipe import load_recipe
-        from ..retrieve.build import build
+        from ..errors import Medr2Error
+        from ..retrieve.build import build, build_corpus, build_part, index_dir
 
         recipe = load_recipe(args.recipe)
         if args.lenient:
             recipe = dataclasses.replace(recipe, strict=False)
-        build(recipe)
+        if args.corpus_only:
+            build_corpus(recipe, index_dir(recipe.name) / "corpus")
+        elif args.shard:
+            index, sep, count = args.shard.partition("/")
+            if not (sep and index.isdigit() and count.isdigit()):
+                raise Medr2Error(f"--shard {args.shard!r}: expected I/N, e.g. 0/8")
+            build_part(recipe, (int(index), int(count)))
+        else:
+            build(recipe)
         return 0
     if args.action == "info":
         from pathlib import Path

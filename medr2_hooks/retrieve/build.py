@@ -141,7 +141,8 @@ def build_corpus(recipe: Recipe, folder: Path, log=print) -> dict:
     return done
 
 
-def build_dense(recipe: Recipe, store: CorpusStore, folder: Path, corpus_hash: str, log=print) -> dict:
+def build_dense(recipe: Recipe, store: CorpusStore, folder: Path, corpus_hash: str, log=print,
+                part: tuple[int, int] | None = None) -> dict | None:
     from tqdm.auto import tqdm
 
     from .dense import build_faiss
@@ -155,7 +156,10 @@ def build_dense(recipe: Recipe, store: CorpusStore, folder: Path, corpus_hash: s
     identity = {"encoder": encoder.fingerprint, "corpus_hash": corpus_hash, "shard_size": cfg.shard_size}
     with tqdm(total=n, desc="dense: encoding passages", unit="passage", mininterval=5) as bar:
         shards = encode_shards(folder, n, lambda s, e: store.passage_texts(range(s, e)), encoder.encode_corpus,
-                               cfg.shard_size, identity, progress=bar)
+                               cfg.shard_size, identity, progress=bar, part=part)
+    if part is not None:
+        log(f"dense: part {part[0]}/{part[1]}: {len(shards)} shards encoded or found")
+        return None
     ntotal = build_faiss(shards, encoder.dim, cfg.factory, folder / "index.faiss", cfg.train_size)
     log(f"dense: {ntotal} vectors of {encoder.dim} dims, FAISS {cfg.factory}")
     return {"encoder": encoder.fingerprint, "factory": cfg.factory, "metric": "inner_product", "ntotal": ntotal}
@@ -202,7 +206,8 @@ def passage_batches(store: CorpusStore, size: int = CORPUS_BATCH):
         yield store.passage_texts(range(start, min(start + size, n)))
 
 
-def build_sparse_splade(recipe: Recipe, store: CorpusStore, folder: Path, corpus_hash: str, log=print) -> dict:
+def build_sparse_splade(recipe: Recipe, store: CorpusStore, folder: Path, corpus_hash: str, log=print,
+                        part: tuple[int, int] | None = None) -> dict | None:
     """SPLADE weights encoded shard by shard into ``splade/splade-NNNNN.npz`` (CSR; a killed build resumes at the
     next shard; the shards are the index, read together at search time), plus Lucene's impact index when asked."""
     from tqdm.auto import tqdm
@@ -218,7 +223,10 @@ def build_sparse_splade(recipe: Recipe, store: CorpusStore, folder: Path, corpus
                 "max_length": cfg.max_length, "corpus_hash": corpus_hash, "shard_size": cfg.shard_size}
     with tqdm(total=n, desc="splade: encoding passages", unit="passage", mininterval=5) as bar:
         shards = encode_shards(folder, n, lambda s, e: store.passage_texts(range(s, e)), encoder.encode,
-                               cfg.shard_size, identity, progress=bar, fmt=CSR)
+                               cfg.shard_size, identity, progress=bar, fmt=CSR, part=part)
+    if part is not None:
+        log(f"splade: part {part[0]}/{part[1]}: {len(shards)} shards encoded or found")
+        return None
     log(f"splade: {n} passages in {len(shards)} shards of {cfg.shard_size}")
     out = {**asdict(cfg), "revision": identity["revision"], "shards": len(shards)}
     if cfg.index == "pyserini":
@@ -230,8 +238,38 @@ def build_sparse_splade(recipe: Recipe, store: CorpusStore, folder: Path, corpus
     return out
 
 
+def build_part(recipe: Recipe, part: tuple[int, int], folder: Path | None = None, log=print) -> dict:
+    """One node's share of the encoding (``medr2 index build RECIPE --shard i/n``): the dense and SPLADE shards
+    ``i, i + n, …``, written into the shared index folder. The corpus must be built first (``--corpus-only``), once;
+    after every part, ``medr2 index build RECIPE`` trains and fills the indexes from the shards and writes the
+    manifest a one-machine build writes."""
+    from ..errors import Medr2Error
+
+    index, count = part
+    if not (count >= 1 and 0 <= index < count):
+        raise Medr2Error(f"--shard {index}/{count}: expected i/n with 0 <= i < n")
+    folder = folder or index_dir(recipe.name)
+    marker = folder / "corpus" / "corpus.json"
+    identity = _corpus_identity(recipe, input_files(recipe, folder / "corpus"))
+    if not marker.exists() or json.loads(marker.read_text()).get("identity") != identity:
+        raise Medr2Error(f"index {recipe.name}: no up-to-date corpus in {folder / 'corpus'}; build it once first "
+                         f"(medr2 index build {recipe.name} --corpus-only), then the parts")
+    corpus = json.loads(marker.read_text())
+    store = CorpusStore(folder / "corpus")
+    done = {"part": f"{index}/{count}", "passages": corpus["passages"]}
+    if recipe.dense:
+        build_dense(recipe, store, folder / "dense", corpus["corpus_hash"], log=log, part=part)
+        done["dense"] = True
+    if recipe.splade:
+        build_sparse_splade(recipe, store, folder / "splade", corpus["corpus_hash"], log=log, part=part)
+        done["splade"] = True
+    store.close()
+    return done
+
+
 def build(recipe: Recipe, folder: Path | None = None, log=print) -> dict:
-    """Build (or finish building) the index of ``recipe``; returns the manifest."""
+    """Build (or finish building) the index of ``recipe``; returns the manifest. Shards another node encoded
+    (:func:`build_part`) are found on disk and not encoded again, so after every part this is the merge step."""
     folder = folder or index_dir(recipe.name)
     folder.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}

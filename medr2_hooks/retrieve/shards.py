@@ -54,9 +54,10 @@ def shard_paths(folder: Path, n: int, shard_size: int, fmt: ShardFormat = NPY) -
 
 
 def encode_shards(folder: Path, n: int, texts: Callable[[int, int], list[str]], encode: Callable, shard_size: int,
-                  identity: dict, progress=None, fmt: ShardFormat = NPY) -> list[Path]:
+                  identity: dict, progress=None, fmt: ShardFormat = NPY, part: tuple[int, int] | None = None) -> list[Path]:
     """Encode passages ``[0, n)`` shard by shard, skipping shards already on disk for the same ``identity``; a
-    truncated or damaged shard counts as missing and is encoded again."""
+    truncated or damaged shard counts as missing and is encoded again. ``part=(i, n)``: only shards ``i, i + n,
+    …`` (one node of ``medr2 index build --shard i/n``); the others are neither encoded nor returned."""
     folder.mkdir(parents=True, exist_ok=True)
     ident_path = folder / fmt.identity_file
     ident = json.dumps(identity, sort_keys=True)
@@ -65,7 +66,9 @@ def encode_shards(folder: Path, n: int, texts: Callable[[int, int], list[str]], 
             old.unlink()
         atomic_write_text(ident_path, ident)
     paths = []
-    for path, start, end in shard_paths(folder, n, shard_size, fmt):
+    for number, (path, start, end) in enumerate(shard_paths(folder, n, shard_size, fmt)):
+        if part is not None and number % part[1] != part[0]:
+            continue
         if not path.exists() or fmt.rows(path) != end - start:
             fmt.save(path, encode(texts(start, end)))
         if progress:
