@@ -147,10 +147,11 @@ def build_dense(recipe: Recipe, store: CorpusStore, folder: Path, corpus_hash: s
 
     from .dense import build_faiss
     from .shards import encode_shards
-    from .encoders import DenseEncoder
+    from .encoders import DenseEncoder, all_devices
 
     cfg = recipe.dense
-    encoder = DenseEncoder(cfg.encoder, cfg.pooling, cfg.query_instruction, cfg.max_length, cfg.batch_size)
+    encoder = DenseEncoder(cfg.encoder, cfg.pooling, cfg.query_instruction, cfg.max_length, cfg.batch_size,
+                           device=all_devices())
     check_factory(cfg.factory, encoder.dim, recipe)  # before hours of encoding, not after
     n = len(store.passages)
     identity = {"encoder": encoder.fingerprint, "corpus_hash": corpus_hash, "shard_size": cfg.shard_size}

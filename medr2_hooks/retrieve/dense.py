@@ -1,7 +1,7 @@
 """Dense index: passage embeddings in sharded ``.npy`` files (memory-mapped, written one shard at a time,
 so a killed build resumes at the first missing shard), and a FAISS index built from them by an
 ``index_factory`` string (``Flat`` inner product by default; ``IVF4096,PQ64`` or ``HNSW32`` for large corpora).
-FAISS uses all cores; with faiss-gpu and a GPU the index is moved to the GPUs for search.
+FAISS uses all cores; with faiss-gpu the index is sharded over all GPUs for search (1/n of the vectors each).
 """
 
 from __future__ import annotations
@@ -56,7 +56,10 @@ class DenseIndex:
             except RuntimeError:
                 pass  # not an IVF index: nothing to set
         if hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0:
-            self.index = faiss.index_cpu_to_all_gpus(self.index)
+            options = faiss.GpuMultipleClonerOptions()
+            options.shard = True  # each GPU holds 1/n of the vectors (a 1M+ index need not fit on one GPU)
+            options.useFloat16 = True
+            self.index = faiss.index_cpu_to_all_gpus(self.index, co=options)
 
     @property
     def ntotal(self) -> int:

@@ -46,9 +46,18 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def all_devices() -> str | list[str]:
+    """Every local GPU (FlagEmbedding then encodes with one worker process per GPU), else the CPU."""
+    import torch
+
+    return [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else "cpu"
+
+
 class DenseEncoder:
     def __init__(self, name: str, pooling: str = "mean", query_instruction: str | None = None,
-                 max_length: int = 256, batch_size: int = 32, device: str | None = None):
+                 max_length: int = 256, batch_size: int = 32, device: str | list[str] | None = None):
+        """``device``: one device (searching), or a list of GPUs that FlagEmbedding's multi-process pool encodes
+        on together (building: :func:`all_devices`)."""
         from FlagEmbedding import FlagModel
 
         self.name, self.pooling, self.query_instruction = name, pooling, query_instruction
@@ -56,7 +65,8 @@ class DenseEncoder:
         self.path = resolve(name)
         device = device or default_device()
         self.model = FlagModel(self.path, pooling_method=pooling, normalize_embeddings=True,
-                               use_fp16=device.startswith("cuda"), devices=device,
+                               use_fp16=str(device if isinstance(device, str) else device[0]).startswith("cuda"),
+                               devices=device,
                                query_instruction_for_retrieval=query_instruction, batch_size=batch_size,
                                query_max_length=max_length, passage_max_length=max_length)
         self.dim = int(self.model.model.config.hidden_size)

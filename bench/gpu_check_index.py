@@ -1,0 +1,75 @@
+"""GPU check for the index build (issue 16), prepared for a machine with GPUs; not run where none is lent.
+
+    MEDR2_DATA_DIR=../shared/data python bench/gpu_check_index.py [--docs 20000] [--json]
+
+On every local GPU at once (FlagEmbedding's multi-process pool, as `medr2 index build` encodes) and on the first
+GPU alone, it encodes the passages of a synthetic corpus (a MedQA textbook's word distribution) with the
+embedded MiniLM, and prints passages/s of each and the largest difference between the two embeddings (fp16:
+expect < 1e-2). It then searches 256 MedQA questions on a FAISS Flat index sharded over all GPUs (the searcher's
+setting) and on the CPU, and prints how many top-1 passages agree (expect all) and both latencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=int, default=20_000)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    import faiss
+    import numpy as np
+    import torch
+
+    from medr2_hooks import data, settings
+    from medr2_hooks.corpus.synthetic import documents, word_distribution
+    from medr2_hooks.retrieve.encoders import DenseEncoder, all_devices
+
+    if not torch.cuda.is_available():
+        print("no GPU here: this check needs one", file=sys.stderr)
+        return 2
+    words = word_distribution(settings.data_dir() / "corpus_textbooks" / "en" / "First_Aid_Step1.txt.gz")
+    texts = [d["text"] for d in documents(args.docs, *words, seed=0, mean_tokens=180)]
+    out = {"gpus": torch.cuda.device_count(), "passages": len(texts)}
+    timings, vectors = {}, {}
+    for label, device in (("all_gpus", all_devices()), ("one_gpu", "cuda:0")):
+        encoder = DenseEncoder("embedded:minilm", device=device, batch_size=256)
+        encoder.encode_corpus(texts[:512])  # warm
+        t = time.perf_counter()
+        vectors[label] = encoder.encode_corpus(texts)
+        timings[label] = time.perf_counter() - t
+        out[f"{label}_passages_per_s"] = round(len(texts) / timings[label], 1)
+    out["max_abs_diff"] = float(np.abs(vectors["all_gpus"] - vectors["one_gpu"]).max())
+
+    queries = DenseEncoder("embedded:minilm", device="cuda:0").encode_queries(
+        [r.question for r in data.load("medqa_usmle")[:256]])
+    cpu = faiss.IndexFlatIP(vectors["one_gpu"].shape[1])
+    cpu.add(vectors["one_gpu"])
+    options = faiss.GpuMultipleClonerOptions()
+    options.shard, options.useFloat16 = True, True
+    gpu = faiss.index_cpu_to_all_gpus(cpu, co=options) if hasattr(faiss, "index_cpu_to_all_gpus") else None
+    t = time.perf_counter()
+    _, cpu_rows = cpu.search(queries, 10)
+    out["cpu_search_s"] = round(time.perf_counter() - t, 4)
+    if gpu is None:
+        out["gpu_search"] = "faiss has no GPU support here (faiss-cpu installed)"
+    else:
+        t = time.perf_counter()
+        _, gpu_rows = gpu.search(queries, 10)
+        out["gpu_search_s"] = round(time.perf_counter() - t, 4)
+        out["top1_agree"] = int((gpu_rows[:, 0] == cpu_rows[:, 0]).sum())
+    print(json.dumps(out, indent=None if args.json else 1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
