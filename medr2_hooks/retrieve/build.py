@@ -215,7 +215,7 @@ def build_sparse_splade(recipe: Recipe, store: CorpusStore, folder: Path, corpus
 
     from .encoders import weights_revision
     from .shards import CSR, encode_shards
-    from .sparse import SpladeEncoder, load_csr_shards
+    from .sparse import SpladeEncoder
 
     cfg = recipe.splade
     encoder = SpladeEncoder(cfg.model, cfg.max_length, cfg.query_max_length, cfg.batch_size)
@@ -233,7 +233,9 @@ def build_sparse_splade(recipe: Recipe, store: CorpusStore, folder: Path, corpus
     if cfg.index == "pyserini":
         from .lucene import build_lucene_impact
 
-        out["lucene"] = build_lucene_impact(load_csr_shards(folder, encoder.vocab_size), encoder.vocabulary(),
+        from scipy import sparse
+
+        out["lucene"] = build_lucene_impact((sparse.load_npz(p) for p in shards), encoder.vocabulary(),
                                             folder / LUCENE, cfg.quantization)
         log(f"splade: Lucene impact index (Anserini {out['lucene']['anserini']}, x{cfg.quantization:g} quantised)")
     return out

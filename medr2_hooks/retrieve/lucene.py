@@ -140,20 +140,22 @@ class LuceneBM25Index:
         return _ranked(results, names, k)
 
 
-def impact_vectors(matrix, vocabulary: list[str], quantization: float) -> list[dict[str, int]]:
-    """Each row of a CSR matrix of SPLADE weights as ``{term: round(w * quantization)}``, zeros dropped."""
-    out = []
+def impact_vectors(matrix, vocabulary: list[str], quantization: float):
+    """Each row of a CSR matrix of SPLADE weights as ``{term: round(w * quantization)}``, zeros dropped (a generator)."""
     for row in range(matrix.shape[0]):
         lo, hi = matrix.indptr[row], matrix.indptr[row + 1]
         weights = np.rint(matrix.data[lo:hi] * quantization).astype(np.int64)
-        out.append({vocabulary[t]: int(w) for t, w in zip(matrix.indices[lo:hi], weights) if w > 0})
-    return out
+        yield {vocabulary[t]: int(w) for t, w in zip(matrix.indices[lo:hi], weights) if w > 0}
 
 
-def build_lucene_impact(matrix, vocabulary: list[str], folder: Path, quantization: float,
+def build_lucene_impact(matrices, vocabulary: list[str], folder: Path, quantization: float,
                         threads: int | None = None) -> dict:
+    """A Lucene impact index of SPLADE weights: one CSR matrix, or an iterable of them (a build's shards, read
+    one at a time; rows numbered on across them)."""
+    matrices = [matrices] if hasattr(matrices, "indptr") else matrices
+    vectors = (vec for matrix in matrices for vec in impact_vectors(matrix, vocabulary, quantization))
     lines = (json.dumps({"id": str(row), "contents": "", "vector": vec}, sort_keys=True)
-             for row, vec in enumerate(impact_vectors(matrix, vocabulary, quantization)))
+             for row, vec in enumerate(vectors))
     digest = _index_collection(lines, "JsonVectorCollection", folder, ["-impact", "-pretokenized"],
                                threads or os.cpu_count() or 1)
     return {"input_sha256": digest, "anserini": anserini_version(), "quantization": quantization}
