@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the user's own declared benchmarks and wrapped tasks ($MEDR2_CONFIG_DIR) stay out of the tests
+os.environ["MEDR2_CONFIG_DIR"] = tempfile.mkdtemp(prefix="medr2_test_config_")
 
 
 @pytest.fixture(scope="session")
