@@ -62,7 +62,7 @@ def stage(name: str, folder: Path, n: int, queries: int, backend: str = "bm25s")
     elif name == "search":
         out.update(_search(index, queries, backend))
     out["seconds"] = round(time.perf_counter() - t, 2)
-    out["docs_per_s"] = round(n / out["seconds"], 1) if name != "search" else None
+    out["docs_per_s"] = round(n / out["seconds"], 1) if name != "search" and not out.get("reused") else None
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return out
 
