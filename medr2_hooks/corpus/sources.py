@@ -116,14 +116,20 @@ def meditron_guidelines(paths: str, base: Path, report: SkipReport, language: st
                                meta={"publisher": obj.get("source"), "source": f"{path.name}:{line}"}, **f)
 
 
+def _json_file(path: Path, report: SkipReport):
+    """A whole JSON file's value, or None after reporting where it is invalid."""
+    try:
+        return json.loads("\n".join(t for _, t in _lines(path, report)))
+    except json.JSONDecodeError as exc:
+        report.problem(path, exc.lineno, None, "invalid JSON", exc.msg)
+        return None
+
+
 def pubmedqa_contexts(paths: str, base: Path, report: SkipReport) -> Iterator[Document]:
     """PubMedQA abstracts as ``paper`` documents keyed by PMID (contexts + conclusion)."""
     for path in source_files(paths, base):
-        text = "\n".join(t for _, t in _lines(path, report))
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            report.problem(path, exc.lineno, None, "invalid JSON", exc.msg)
+        data = _json_file(path, report)
+        if data is None:
             continue
         for pmid, obj in data.items():
             contexts = obj.get("CONTEXTS")
@@ -165,11 +171,8 @@ def _table_rows(path: Path, fmt: str, report: SkipReport) -> Iterator[tuple[int,
         yield from _jsonl(path, report)
         return
     if fmt == "json":
-        text = "\n".join(t for _, t in _lines(path, report))
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            report.problem(path, exc.lineno, None, "invalid JSON", exc.msg)
+        data = _json_file(path, report)
+        if data is None:
             return
         if not isinstance(data, list):
             raise DataError(f"{path}: expected a JSON list of objects, found {type(data).__name__}")
