@@ -60,6 +60,7 @@ def _write(folder, rows, header=HEADER, declaration=DECLARATION):
 @pytest.fixture
 def config_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("MEDR2_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path / "results"))  # pre-pass records stay out of results/
     return tmp_path
 
 
