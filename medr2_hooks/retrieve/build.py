@@ -99,15 +99,25 @@ def _corpus_identity(recipe: Recipe, inputs: list[dict]) -> str:
     return json.dumps(spec, sort_keys=True)
 
 
+def built_corpus(recipe: Recipe, folder: Path, inputs: list[dict] | None = None) -> dict | None:
+    """The record of the corpus in ``folder`` when it was built from this recipe and these input files, else None."""
+    marker = folder / "corpus.json"
+    if not marker.exists():
+        return None
+    done = json.loads(marker.read_text())
+    identity = _corpus_identity(recipe, inputs if inputs is not None else input_files(recipe, folder))
+    return done if done.get("identity") == identity else None
+
+
 def build_corpus(recipe: Recipe, folder: Path, log=print) -> dict:
     marker = folder / "corpus.json"
     inputs = input_files(recipe, folder)
     identity = _corpus_identity(recipe, inputs)
+    done = built_corpus(recipe, folder, inputs)
+    if done is not None:
+        log(f"corpus: up to date ({done['documents']} documents, {done['passages']} passages)")
+        return done
     if marker.exists():
-        done = json.loads(marker.read_text())
-        if done.get("identity") == identity:
-            log(f"corpus: up to date ({done['documents']} documents, {done['passages']} passages)")
-            return done
         log("corpus: the recipe or an input file changed since the last build: rebuilding")
     report = SkipReport(strict=recipe.strict)
     tokens = segment.Tokens(recipe.segmentation.tokenizer)
@@ -252,12 +262,10 @@ def build_part(recipe: Recipe, part: tuple[int, int], folder: Path | None = None
     if not (count >= 1 and 0 <= index < count):
         raise Medr2Error(f"--shard {index}/{count}: expected i/n with 0 <= i < n")
     folder = folder or index_dir(recipe.name)
-    marker = folder / "corpus" / "corpus.json"
-    identity = _corpus_identity(recipe, input_files(recipe, folder / "corpus"))
-    if not marker.exists() or json.loads(marker.read_text()).get("identity") != identity:
+    corpus = built_corpus(recipe, folder / "corpus")
+    if corpus is None:
         raise Medr2Error(f"index {recipe.name}: no up-to-date corpus in {folder / 'corpus'}; build it once first "
                          f"(medr2 index build {recipe.name} --corpus-only), then the parts")
-    corpus = json.loads(marker.read_text())
     store = CorpusStore(folder / "corpus")
     done = {"part": f"{index}/{count}", "passages": corpus["passages"]}
     if recipe.dense:
