@@ -6,6 +6,7 @@ copies it here; from then on :func:`medr2_hooks.data.benchmark` knows the name i
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 from .. import settings
@@ -20,14 +21,21 @@ def folder() -> Path:
 
 
 def declarations() -> dict[str, declared.Declaration]:
+    """The registered declarations, parsed again only when a file in the folder changed (prompts ask per item)."""
+    files = sorted(folder().glob("*.yaml")) if folder().is_dir() else []
+    return dict(_parsed(tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files)))
+
+
+@lru_cache(maxsize=4)
+def _parsed(files: tuple) -> dict[str, declared.Declaration]:
     out = {}
-    if folder().is_dir():
-        for path in sorted(folder().glob("*.yaml")):
-            decl = declared.parse(load_yaml(path), str(path))
-            if decl.name != path.stem:
-                raise ConfigError(f"{path}: declares {decl.name!r} but the file is named {path.stem!r}; "
-                                  f"remove it with `medr2 benchmark remove {path.stem}` and add it again")
-            out[decl.name] = decl
+    for name, _, _ in files:
+        path = Path(name)
+        decl = declared.parse(load_yaml(path), str(path))
+        if decl.name != path.stem:
+            raise ConfigError(f"{path}: declares {decl.name!r} but the file is named {path.stem!r}; "
+                              f"remove it with `medr2 benchmark remove {path.stem}` and add it again")
+        out[decl.name] = decl
     return out
 
 
