@@ -69,9 +69,10 @@ def run(args: argparse.Namespace) -> int:
     if files and test_split not in files:
         raise ConfigError(f"--data-files has no {test_split!r} split, the split {args.task} evaluates")
     name = f"wrap_{args.task}".lower()
+    demos = source(demo_split)
     raw = {"name": name, "title": f"{args.task} (lm-eval built-in) wrapped", "source": source(test_split),
-           **mapping, "language": args.language, "n_demos": args.n_demos if source(demo_split) else 0,
-           "demos": source(demo_split), "wraps": args.task}
+           **mapping, "language": args.language, "n_demos": args.n_demos if demos else 0, "demos": demos,
+           "wraps": args.task}
     decl = declared.parse({k: v for k, v in raw.items() if v is not None}, f"medr2 wrap {args.task}")
     if args.method != "direct":
         declared.check(decl)  # the pre-pass reads every row; the direct wrap reads what lm-eval evaluates
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         "include": [yaml_path, str(settings.tasks_dir() / "wrap" / "_wrap_template_yaml")], "task": task,
         "task_alias": task, "tag": [],  # not a member of the built-in's tag groups (mmlu_stem_tasks, ...)
         "dataset_kwargs": {"benchmark": name, "wrap_method": args.method, "description": description,
-                           "test_split": test_split, "demo_split": demo_split, "all_splits": wrap.splits(cfg)},
+                           "test_split": test_split, "all_splits": wrap.splits(cfg)},
     }, f"# made by `medr2 wrap {args.task} --method {args.method}`; remove with `medr2 benchmark remove {name}`\n")
     out = {"task": task, "wraps": args.task, "benchmark": name, "yaml": str(path)}
     if args.json:

@@ -78,7 +78,7 @@ def method_settings() -> dict:
 
 
 def load_dataset(benchmark: str, wrap_method: str, description: str = "", test_split: str = "test",
-                 demo_split: str | None = None, all_splits: list[str] | None = None, limit: int | None = None,
+                 all_splits: list[str] | None = None, limit: int | None = None,
                  method_override: dict | None = None, **metadata):
     """``custom_dataset`` hook of a wrapped task: the built-in's rows, test rows with ``medr2_description``."""
     import datasets
@@ -99,12 +99,11 @@ def load_dataset(benchmark: str, wrap_method: str, description: str = "", test_s
         prefixes = _prefixes(benchmark, wrap_method, limit, method_override, len(test))
     rows = [{**row, "medr2_description": (apply_template(description, row) if description else "") + prefix}
             for row, prefix in zip(test, prefixes)]
-    out = {test_split: datasets.Dataset.from_list(rows)}
-    empty = datasets.Dataset.from_list(demos) if demos else datasets.Dataset.from_list(rows[:0])
-    for split in all_splits or []:
-        if split not in out:
-            out[split] = datasets.Dataset.from_list(demos) if split == demo_split and demos else empty
-    return datasets.DatasetDict(out)
+    # every other split the built-in names holds the demonstration rows (none: an empty split), so lm-eval's
+    # few-shot sampler finds the split it was configured with
+    others = datasets.Dataset.from_list(demos or rows[:0])
+    return datasets.DatasetDict({test_split: datasets.Dataset.from_list(rows),
+                                 **{split: others for split in all_splits or [] if split != test_split}})
 
 
 def _prefixes(benchmark: str, method: str, limit, override: dict | None, n: int) -> list[str]:
