@@ -82,6 +82,7 @@ def test_one_yaml_and_one_command_give_every_methods_task(config_dir, capsys):
     assert main(["benchmark", "show", "my_usmle", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert (shown["eval"], shown["demos"], shown["kind"]) == (25, 5, "qa")
+    assert shown["tasks"] == sorted(added["tasks"])
     assert main(["data", "info", "my_usmle", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"my_usmle": {"eval": 25, "demos": 5}}
 

@@ -71,7 +71,7 @@ def _scores(lm, task) -> list[list[float]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("task,test_split,demo_split,rows", [("mmlu_anatomy", "test", "dev", _mmlu_rows),
                                                               ("medmcqa", "validation", "train", _medmcqa_rows)])
-def test_wrapped_direct_equals_the_builtin_item_by_item(config_dir, lm, task, test_split, demo_split, rows):
+def test_wrapped_direct_equals_the_builtin_item_by_item(config_dir, lm, task, test_split, demo_split, rows, capsys):
     from medr2_hooks.cli.main import main
     from medr2_hooks.lmeval.registry import task_manager
 
@@ -80,6 +80,9 @@ def test_wrapped_direct_equals_the_builtin_item_by_item(config_dir, lm, task, te
     demos = _jsonl(config_dir / "demos.jsonl", demo_rows)
     assert main(["wrap", task, "--method", "direct", "--data-files", f"{test_split}={test},{demo_split}={demos}"]) == 0
     name = f"wrap_{task}_direct"
+    capsys.readouterr()
+    assert main(["benchmark", "show", f"wrap_{task}", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tasks"] == [name]  # only the task the wrap made
     ours = task_manager().load([name])["tasks"][name]
     theirs = _builtin(task, test_rows, demo_split, demo_rows)
     assert len(ours.test_docs()) == len(theirs.test_docs()) == N

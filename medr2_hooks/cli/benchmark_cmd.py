@@ -60,12 +60,13 @@ def _add(args) -> int:
 
 def _summary(name: str) -> dict:
     from .. import data
-    from ..lmeval.usertasks import METHODS
+    from ..lmeval.usertasks import user_tasks_dir
 
     spec = data.benchmark(name)
     pools = data.pools(name)
+    tasks = sorted(p.stem for p in (user_tasks_dir() / name).glob("*.yaml"))  # a wrap has only the tasks it made
     return {"name": name, "title": spec.title, "kind": spec.kind, "language": spec.language,
-            "eval": len(pools.eval), "demos": len(pools.demos), "tasks": [f"{name}_{m}" for m in METHODS],
+            "eval": len(pools.eval), "demos": len(pools.demos), "tasks": tasks,
             "declaration": spec.declaration.to_json()}
 
 
