@@ -217,3 +217,19 @@ def test_eval_runs_direct_vanilla_rag_and_medr2_on_a_declared_csv(config_dir):
     assert record["prepass"]["my_usmle_medr2"]["questions"] == 3
     packs = record["prepass"]["my_usmle_medr2"]["packs"]["packs"]
     assert "EXPLANATION" not in open(packs, encoding="utf-8").read()
+
+
+@pytest.mark.parametrize("benchmark", ["medqa_usmle", "medmcqa", "pubmedqa"])
+def test_declared_tasks_use_the_shipped_tasks_variants(benchmark):
+    """usertasks.METHODS repeats each method's variant for declared benchmarks: it must stay the shipped tasks' own."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    from medr2_hooks import settings
+    from medr2_hooks.lmeval.usertasks import METHODS
+
+    for method, (template, variant) in METHODS.items():
+        folder = "direct" if method == "direct" else "medr2"
+        shipped = load_yaml(settings.tasks_dir() / folder / f"{benchmark}_{method}.yaml", resolve_func=False,
+                            recursive=False)
+        assert shipped["include"] == template.split("/")[1]
+        assert (shipped.get("dataset_kwargs") or {}).get("variant") == variant, (benchmark, method)
