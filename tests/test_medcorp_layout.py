@@ -81,5 +81,5 @@ def test_the_corpus_is_written_in_batches_with_the_same_bytes(tmp_path, monkeypa
     monkeypatch.setattr(build_module, "CORPUS_BATCH", 7)
     batched = build_corpus(recipe, tmp_path / "batched", log=lambda *_: None)
     assert batched["corpus_hash"] == whole["corpus_hash"] and batched["documents"] == whole["documents"] > 1000
-    for name in ("docs.jsonl", "docs.offsets.npy", "passages.npy", "lookup.json"):
+    for name in ("docs.jsonl", "docs.offsets.npy", "passages.npy", "lookup.sqlite"):
         assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "batched" / name).read_bytes(), name

@@ -99,3 +99,59 @@ def test_a_bad_shard_spec_is_a_one_line_error(capsys):
     assert "expected I/N" in capsys.readouterr().err
     assert main(["index", "build", "textbooks_demo", "--shard", "8/8"]) == 2
     assert "0 <= i < n" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_ivf_lists_on_disk_find_what_the_in_memory_ivf_finds(tmp_path, words):
+    """``dense.on_disk``: the IVF lists are filled shard by shard into ``index.ivfdata`` (faiss.contrib.ondisk);
+    searches equal the in-memory IVF's, the recipe's nprobe is applied (nprobe = nlist: exact search), and the
+    index still finds its lists after the folder is moved."""
+    import shutil
+
+    from medr2_hooks.corpus.recipe import Dense, Recipe, Source
+    from medr2_hooks.corpus.segment import Segmentation
+    from medr2_hooks.retrieve.build import build
+    from medr2_hooks.retrieve.searcher import Searcher
+
+    docs = list(documents(120, *words, seed=4, mean_tokens=60))
+    write_jsonl(tmp_path / "syn.jsonl", docs)
+    hits = {}
+    for name, dense in (("flat", Dense(shard_size=32)), ("memory", Dense(shard_size=32, factory="IVF4,Flat", nprobe=4)),
+                        ("disk", Dense(shard_size=32, factory="IVF4,Flat", nprobe=4, on_disk=True))):
+        recipe = Recipe(name=name, sources=[Source(reader="generic_jsonl", paths="syn.jsonl", base=str(tmp_path))],
+                        segmentation=Segmentation(tokenizer="whitespace", passage_tokens=48, passage_overlap=8),
+                        dense=dense, bm25=None)
+        manifest = build(recipe, tmp_path / name, log=lambda *_: None)
+        assert ("dense/index.ivfdata" in manifest["files"]) == (name == "disk")
+        if name == "disk":
+            shutil.move(tmp_path / name, tmp_path / "moved")
+        queries = [" ".join(d["text"].split()[:20]) for d in docs[:10]]
+        found = Searcher.open(tmp_path / ("moved" if name == "disk" else name), retrievers=("dense",)).search(queries, k=5)
+        hits[name] = [[(h.doc_id, round(h.scores["dense"], 4)) for h in q] for q in found]
+    assert hits["disk"] == hits["memory"] == hits["flat"]
+
+
+def test_on_disk_needs_an_ivf_factory(tmp_path):
+    from medr2_hooks.config import ConfigError
+    from medr2_hooks.corpus.recipe import Dense, Recipe, Source
+    from medr2_hooks.retrieve.build import check_factory
+
+    recipe = Recipe(name="x", sources=[Source(reader="generic_jsonl", paths="x.jsonl")],
+                    dense=Dense(factory="HNSW32", on_disk=True))
+    with pytest.raises(ConfigError, match="not an IVF index"):
+        check_factory("HNSW32", 384, recipe)
+    check_factory("IVF64,PQ8", 384, recipe.__class__(name="x", sources=recipe.sources,
+                                                      dense=Dense(factory="IVF64,PQ8", on_disk=True)))
+
+
+def test_lucene_runs_within_the_heap_it_is_given(tmp_path):
+    """The JVM starts with ``-Xmx`` (Anserini's indexing buffer is half of it), so a Lucene build's memory is
+    bounded at any corpus size. A fresh process: a JVM's heap is fixed when it starts."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("pyserini")
+    code = ("from medr2_hooks.retrieve.lucene import jvm; j = jvm(300); "
+            "print(j.autoclass('java.lang.Runtime').getRuntime().maxMemory() // 2**20)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert 250 <= int(out.stdout.strip().splitlines()[-1]) <= 300

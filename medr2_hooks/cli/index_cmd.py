@@ -19,6 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--shard", metavar="I/N", help="encode only dense and SPLADE shards I, I+N, ... into the shared "
                        "index folder (one node of a Slurm array or a Ray job; run --corpus-only first, and "
                        "`medr2 index build RECIPE` after every part to train, fill and write the manifest)")
+    build.add_argument("--threads", type=int, help="Lucene indexing threads (pyserini backends; default: every core)")
+    build.add_argument("--heap-mb", type=int, default=1024, help="the JVM's heap bound in MB for Lucene builds, half of "
+                       "it Lucene's indexing buffer (default: %(default)s; peak RSS stays near it at any corpus size)")
     info = sub.add_parser("info", help="print an index's manifest summary")
     info.add_argument("name", help="index name or folder")
     info.add_argument("--json", action="store_true", help="print the whole manifest")
@@ -39,8 +42,12 @@ def run(args: argparse.Namespace) -> int:
 
         from ..corpus.recipe import load_recipe
         from ..errors import Medr2Error
-        from ..retrieve.build import build, build_corpus, build_part, index_dir
+        from ..retrieve.build import Resources, build, build_corpus, build_part, index_dir
 
+        try:
+            resources = Resources(threads=args.threads, heap_mb=args.heap_mb)
+        except ValueError as exc:
+            raise Medr2Error(f"medr2 index build: {exc}") from None
         recipe = load_recipe(args.recipe)
         if args.lenient:
             recipe = dataclasses.replace(recipe, strict=False)
@@ -52,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
                 raise Medr2Error(f"--shard {args.shard!r}: expected I/N, e.g. 0/8")
             build_part(recipe, (int(index), int(count)))
         else:
-            build(recipe)
+            build(recipe, resources=resources)
         return 0
     if args.action == "info":
         from pathlib import Path

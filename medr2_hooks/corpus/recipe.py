@@ -49,9 +49,11 @@ class Dense:
     batch_size: int = 32
     shard_size: int = 1024
     train_size: int = 100_000  # vectors used to train IVF/PQ indexes (deterministic sample)
+    nprobe: int = 64  # IVF indexes: inverted lists visited per query (FAISS's default, 1, loses much of the recall)
+    on_disk: bool = False  # IVF indexes: inverted lists in dense/index.ivfdata, memory-mapped (faiss.contrib.ondisk)
 
     def __post_init__(self):
-        for name in ("max_length", "batch_size", "shard_size", "train_size"):
+        for name in ("max_length", "batch_size", "shard_size", "train_size", "nprobe"):
             in_range(self, name, 1)
         if self.pooling not in ("mean", "cls", "last_token"):
             raise ValueError(f"pooling must be mean, cls or last_token, found {self.pooling!r}")

@@ -4,6 +4,10 @@ without loading the corpus), and the passage table (document row, character star
     corpus/docs.jsonl          one Document per line, in build order
     corpus/docs.offsets.npy    int64 byte offset of each line (n_docs + 1 entries)
     corpus/passages.npy        structured array: doc (int32), start (int64), end (int64)
+    corpus/lookup.sqlite       PMID -> document rows (PubMedQA excludes a question's own paper), indexed on disk
+
+Nothing here grows in RAM with the corpus except 8 bytes of offset a document while writing: duplicate doc ids
+are found in a temporary on-disk SQLite table, PMIDs go straight to their lookup table.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +118,63 @@ class CorpusStore:
 
     def close(self) -> None:
         self._fh.close()
+
+
+class SeenIds:
+    """The document ids met so far, in a private temporary SQLite database (SQLite keeps a small page cache and
+    spills the rest to a temporary file, so memory stays bounded at any corpus size)."""
+
+    def __init__(self):
+        self.db = sqlite3.connect("")
+        self.db.execute("CREATE TABLE ids (id TEXT PRIMARY KEY) WITHOUT ROWID")
+
+    def add(self, doc_id: str) -> bool:
+        """True when ``doc_id`` is new (and remember it), False when it was seen before."""
+        return self.db.execute("INSERT OR IGNORE INTO ids VALUES (?)", (doc_id,)).rowcount == 1
+
+    def close(self) -> None:
+        self.db.close()
+
+
+LOOKUP = "lookup.sqlite"
+
+
+class PmidLookupWriter:
+    """Writes ``(pmid, document row)`` pairs as they come to ``lookup.sqlite.tmp``; ``finish`` indexes it and
+    renames it into place. The same pairs in the same order give the same bytes."""
+
+    def __init__(self, folder: Path):
+        self.path, self.tmp = folder / LOOKUP, folder / (LOOKUP + ".tmp")
+        self.tmp.unlink(missing_ok=True)
+        self.db = sqlite3.connect(self.tmp)
+        self.db.execute("PRAGMA journal_mode=OFF")
+        self.db.execute("CREATE TABLE pmid (pmid TEXT NOT NULL, row INTEGER NOT NULL)")
+
+    def add(self, pairs: list[tuple[str, int]]) -> None:
+        if pairs:
+            self.db.executemany("INSERT INTO pmid VALUES (?, ?)", pairs)
+
+    def finish(self) -> None:
+        self.db.execute("CREATE INDEX pmid_key ON pmid (pmid, row)")
+        self.db.commit()
+        self.db.close()
+        os.replace(self.tmp, self.path)
+
+
+class PmidLookup:
+    """PMID -> document rows of a built corpus, queried on disk (never loaded whole: MedCorp's PubMed part has
+    23.9M PMIDs). Corpora built before ``lookup.sqlite`` existed kept the table in ``lookup.json``; it is read."""
+
+    def __init__(self, folder: Path):
+        self.db, self.legacy = None, None
+        if (folder / LOOKUP).exists():
+            self.db = sqlite3.connect(f"file:{folder / LOOKUP}?mode=ro", uri=True, check_same_thread=False)
+        elif (folder / "lookup.json").exists():
+            self.legacy = json.loads((folder / "lookup.json").read_text())["pmid"]
+
+    def rows(self, pmid: str | None) -> set[int]:
+        if not pmid:
+            return set()
+        if self.db is not None:
+            return {r for (r,) in self.db.execute("SELECT row FROM pmid WHERE pmid = ?", (str(pmid),))}
+        return set((self.legacy or {}).get(str(pmid), []))

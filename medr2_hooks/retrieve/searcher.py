@@ -11,7 +11,6 @@ removes a question's own article (PubMedQA) per query. ``unit="passage"`` return
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,7 +52,7 @@ class Hit:
 
 class Searcher:
     def __init__(self, folder: Path, retrievers: tuple[str, ...] | None = None, query_encoder=None):
-        from ..corpus.store import CorpusStore
+        from ..corpus.store import CorpusStore, PmidLookup
 
         self.folder = folder
         self.manifest = load_manifest(folder)
@@ -68,8 +67,7 @@ class Searcher:
         self.passage_start = np.ascontiguousarray(self.store.passages["start"])
         self.passage_end = np.ascontiguousarray(self.store.passages["end"])
         self.ranges = self.store.doc_passage_ranges()
-        lookup = folder / "corpus" / "lookup.json"
-        self.pmid_rows = json.loads(lookup.read_text())["pmid"] if lookup.exists() else {}
+        self.pmids = PmidLookup(folder / "corpus")
         self._query_encoder = query_encoder
         self._dense = self._bm25 = self._splade = None
 
@@ -97,7 +95,10 @@ class Searcher:
             if self._dense is None:
                 from .dense import DenseIndex
 
-                self._dense = DenseIndex(self.folder / "dense" / "index.faiss")
+                from ..corpus.recipe import Dense
+
+                self._dense = DenseIndex(self.folder / "dense" / "index.faiss",
+                                         self.manifest["recipe"]["dense"].get("nprobe", Dense.nprobe))
             return self._dense.search(self.query_encoder().encode_queries(queries), depth)
         if name == "bm25":
             if self._bm25 is None:
@@ -143,7 +144,7 @@ class Searcher:
 
     # -- search ---------------------------------------------------------------------------------------
     def _excluded_rows(self, pmid: str | None) -> set[int]:
-        return set(self.pmid_rows.get(str(pmid), [])) if pmid else set()
+        return self.pmids.rows(pmid)
 
     def search(self, queries: list[str], k: int = 10, unit: str = "passage", fusion: str = "union",
                depth: int | None = None, exclude_pmids: list[str | None] | None = None,
