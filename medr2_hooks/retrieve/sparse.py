@@ -146,8 +146,11 @@ class SpladeEncoder:
                                    max_length=max_length, return_tensors="pt").to(self.device)
             with torch.no_grad():
                 logits = self.model(**batch).logits
-            weights = torch.log1p(torch.relu(logits)) * batch["attention_mask"].unsqueeze(-1)
-            pooled = weights.max(dim=1).values.float().cpu().numpy()
+                # max over attended tokens of log(1 + relu(logit)) = log(1 + relu(max logit)) (monotone): one
+                # [batch, vocab] result instead of three [batch, tokens, vocab] intermediates
+                logits.masked_fill_(~batch["attention_mask"].bool().unsqueeze(-1), float("-inf"))
+                pooled = torch.log1p(torch.relu(logits.amax(dim=1))).float().cpu().numpy()
+                del logits
             blocks.append(sparse.csr_matrix(pooled))
         if not blocks:
             return sparse.csr_matrix((0, self.vocab_size), dtype=np.float32)
