@@ -2,10 +2,15 @@
 stage by stage, each stage in its own process so its peak RSS is its own.
 
     python bench/bench_scale.py [--sizes 10000,100000,1000000] [--workdir DIR] [--queries 256] [--json]
+                                [--stages generate,corpus,bm25,search,dense,dense_search,splade,splade_search]
 
 Per N it prints seconds, documents/s and peak RSS for: generate (write the JSONL), corpus (read, segment and
-write the corpus store in bounded batches), bm25 (streamed bm25s build), and the search latency (p50 of batches
-of --queries queries) of our searcher against raw bm25s on the same saved index, with their ratio. Documents are
+write the corpus store in bounded batches), bm25 (streamed bm25s build, or Lucene's), dense (a tiny local
+encoder, so encoding cost does not hide the rest: shards, then FAISS IVF-PQ trained on a sample and filled shard by
+shard) and splade (a tiny masked LM, shard by shard), each reusing the corpus; and the search latency (p50 of
+batches of --queries queries) of our searcher against the raw library on the same saved index (bm25s; FAISS with
+the same query vectors; a scipy CSR product for SPLADE), with their ratio. The tiny models are random-weight BERTs
+(2 layers) over MiniLM's tokenizer, written once into the workdir. Documents are
 ~200 words drawn from a MedQA textbook's word distribution (medr2_hooks.corpus.synthetic); segmentation counts
 whitespace tokens, so encoder tokenisation does not hide the rest. Goals: time ~linear (1M/100k <= 12x), corpus
 and bm25 peak RSS <= 1.5x from 100k to 1M (plus the index itself), search p50 within 2x of raw bm25s.
@@ -26,13 +31,71 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def _recipe(folder: Path, backend: str):
-    from medr2_hooks.corpus.recipe import BM25, Recipe, Source
+STAGES = ("generate", "corpus", "bm25", "search", "dense", "dense_search", "splade", "splade_search")
+
+
+def _recipe(folder: Path, backend: str, retriever: str = "bm25", n_passages: int = 0):
+    from medr2_hooks.corpus.recipe import BM25, Dense, Recipe, Source, Splade
     from medr2_hooks.corpus.segment import Segmentation
 
+    nlist = int(min(65536, max(64, 4 * n_passages ** 0.5)))  # FAISS's rule of thumb: 4-16 x sqrt(N) lists
+    if retriever == "bm25":
+        retrievers = {"bm25": BM25(backend=backend)}
+    elif retriever == "dense":
+        retrievers = {"dense": Dense(encoder=_tiny_models(folder.parent)[0], max_length=128, batch_size=256,
+                                     shard_size=65536, factory=f"IVF{nlist},PQ16", train_size=50_000)}
+    else:
+        retrievers = {"splade": Splade(model=_tiny_models(folder.parent)[1], max_length=128, query_max_length=64,
+                                       batch_size=64, shard_size=65536)}
     return Recipe(name="scale", sources=[Source(reader="generic_jsonl", paths="docs.jsonl", base=str(folder))],
                   segmentation=Segmentation(tokenizer="whitespace", max_doc_tokens=10_000, passage_tokens=254,
-                                            passage_overlap=32), dense=None, bm25=BM25(backend=backend))
+                                            passage_overlap=32), **{"dense": None, "bm25": None, **retrievers})
+
+
+def _tiny_models(root: Path) -> tuple[str, str]:
+    """A tiny BERT encoder and masked LM (random weights, seed 0; MiniLM's tokenizer), written once under ``root``."""
+    encoder, mlm = root / "tiny_encoder", root / "tiny_mlm"
+    if not (mlm / "config.json").exists():
+        import torch
+        from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
+
+        from medr2_hooks.llm.embedded import resolve
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve("embedded:minilm"))
+        config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=128, max_position_embeddings=128)
+        for folder, cls in ((encoder, BertModel), (mlm, BertForMaskedLM)):
+            torch.manual_seed(0)
+            model = cls(config).eval()
+            if cls is BertForMaskedLM:
+                _sparsify(model, tokenizer)
+            model.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+    return str(encoder), str(mlm)
+
+
+def _sparsify(model, tokenizer, active: float = 0.01) -> None:
+    """Shift a random MLM head's bias so that ~``active`` of the vocabulary gets a SPLADE weight per passage, as a
+    trained SPLADE does (~100-300 terms); unshifted, every term is active and the index is dense."""
+    import torch
+
+    from medr2_hooks.corpus.synthetic import documents, word_distribution
+    from medr2_hooks import settings
+
+    words = word_distribution(settings.data_dir() / "corpus_textbooks" / "en" / "First_Aid_Step1.txt.gz")
+    texts = [d["text"] for d in documents(32, *words, seed=9)]
+    batch = tokenizer(texts, truncation=True, max_length=128, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**batch).logits.masked_fill(~batch["attention_mask"].bool()[..., None], float("-inf"))
+        pooled = logits.max(dim=1).values  # SPLADE pools the max over tokens
+        model.cls.predictions.bias -= torch.quantile(pooled.flatten(), 1 - active)
+
+
+def _reuse_corpus(folder: Path, index: Path) -> None:
+    """The encoder stages build into their own index folder over the bm25 stage's corpus (linked, not rebuilt)."""
+    index.mkdir(parents=True, exist_ok=True)
+    if not (index / "corpus").exists():
+        (index / "corpus").symlink_to(folder / "index" / "corpus", target_is_directory=True)
 
 
 def stage(name: str, folder: Path, n: int, queries: int, backend: str = "bm25s") -> dict:
@@ -61,8 +124,19 @@ def stage(name: str, folder: Path, n: int, queries: int, backend: str = "bm25s")
                    corpus_reuse_seconds=report["timings_s"]["corpus"], index_mb=round(report["index_bytes"] / 1e6, 1))
     elif name == "search":
         out.update(_search(index, queries, backend))
+    elif name in ("dense", "splade"):
+        from medr2_hooks.retrieve.build import build
+
+        _reuse_corpus(folder, folder / f"index_{name}")
+        n_passages = json.loads((folder / "index" / "corpus" / "corpus.json").read_text())["passages"]
+        build(_recipe(folder, backend, name, n_passages), folder / f"index_{name}", log=lambda *_: None)
+        report = json.loads((folder / f"index_{name}" / "build_report.json").read_text())
+        out.update(passages=n_passages, encode_and_index_seconds=report["timings_s"][name],
+                   index_mb=round(sum(v for k, v in report["bytes"].items() if k.startswith(name)) / 1e6, 1))
+    elif name in ("dense_search", "splade_search"):
+        out.update(_search_encoded(folder / f"index_{name.split('_')[0]}", name.split("_")[0], queries))
     out["seconds"] = round(time.perf_counter() - t, 2)
-    out["docs_per_s"] = round(n / out["seconds"], 1) if name != "search" and not out.get("reused") else None
+    out["docs_per_s"] = round(n / out["seconds"], 1) if not name.endswith("search") and not out.get("reused") else None
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return out
 
@@ -99,6 +173,52 @@ def _search(index: Path, queries: int, backend: str) -> dict:
             "ratio_ours_over_raw": round(p50 / raw_p50, 2)}
 
 
+def _search_encoded(index: Path, retriever: str, queries: int) -> dict:
+    """p50 of our Searcher (query encoding, search, hit assembly) against the raw library on the same index and
+    the same query encoder: FAISS ``search`` (nprobe as ours) or a scipy CSR product with an argpartition top-k."""
+    import numpy as np
+
+    from medr2_hooks import data
+    from medr2_hooks.retrieve.searcher import Searcher
+
+    texts = [r.question for r in data.load("medqa_usmle")[: 3 * queries]]
+    batches = [texts[i:i + queries] for i in range(0, len(texts), queries)]
+    searcher = Searcher.open(index, retrievers=(retriever,))
+    searcher.search(batches[0][:2], k=10)  # warm: models, index pages
+    if retriever == "dense":
+        import faiss
+
+        from medr2_hooks.corpus.recipe import Dense
+
+        raw_index = faiss.read_index(str(index / "dense" / "index.faiss"))
+        faiss.extract_index_ivf(raw_index).nprobe = Dense.nprobe
+        encoder = searcher.query_encoder()
+
+        def raw_search(batch):
+            raw_index.search(encoder.encode_queries(batch), 10)
+    else:
+        from medr2_hooks.retrieve.sparse import SpladeEncoder, load_csr_shards
+
+        cfg = searcher.manifest["recipe"]["splade"]
+        encoder = SpladeEncoder(cfg["model"], cfg["max_length"], cfg["query_max_length"], cfg["batch_size"])
+        matrix = load_csr_shards(index / "splade", encoder.vocab_size).T.tocsr()
+
+        def raw_search(batch):
+            scores = (encoder.encode(batch, query=True) @ matrix).toarray()  # the dense [queries x passages] matrix
+            np.argpartition(-scores, 10, axis=1)[:, :10]
+    ours, raw = [], []
+    for batch in batches:
+        t = time.perf_counter()
+        searcher.search(batch, k=10)
+        ours.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        raw_search(batch)
+        raw.append(time.perf_counter() - t)
+    p50, raw_p50 = float(np.median(ours)), float(np.median(raw))
+    return {"queries": queries, "p50_s": round(p50, 4), "raw_p50_s": round(raw_p50, 4),
+            "ratio_ours_over_raw": round(p50 / raw_p50, 2)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,100000,1000000")
@@ -106,6 +226,8 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=256)
     parser.add_argument("--bm25-backend", choices=["bm25s", "pyserini"], default="bm25s",
                         help="pyserini: Lucene's multithreaded indexer (the sparse extra and Java 21)")
+    parser.add_argument("--stages", default=",".join(STAGES[:4]),
+                        help=f"comma-separated, in order (default: %(default)s; all: {','.join(STAGES)})")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--stage", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
@@ -119,7 +241,7 @@ def main() -> int:
     for n in (int(s) for s in args.sizes.split(",")):
         folder = root / f"n{n}"
         folder.mkdir(parents=True, exist_ok=True)
-        for name in ("generate", "corpus", "bm25", "search"):
+        for name in args.stages.split(","):
             done = subprocess.run([sys.executable, __file__, "--stage", name, "--n", str(n), "--folder", str(folder),
                                    "--queries", str(args.queries), "--bm25-backend", args.bm25_backend],
                                   capture_output=True, text=True)
@@ -135,13 +257,14 @@ def main() -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"{'N':>9} {'stage':<9} {'seconds':>9} {'docs/s':>9} {'peak RSS MB':>12}  search p50 (ours / raw bm25s)")
+    print(f"{'N':>9} {'stage':<13} {'seconds':>9} {'docs/s':>9} {'peak RSS MB':>12}  search p50 (ours / raw library)")
     for r in rows:
         extra = ""
-        if r["stage"] == "search":
-            extra = (f"{r['p50_s']:.3f} s / {r['raw_bm25s_p50_s']:.3f} s = {r['ratio_ours_over_raw']}x"
-                     if "raw_bm25s_p50_s" in r else f"{r['p50_s']:.3f} s (Lucene)")
-        print(f"{r['n']:>9} {r['stage']:<9} {r['seconds']:>9} {r['docs_per_s'] or '':>9} {r['peak_rss_mb']:>12}  {extra}")
+        if r["stage"].endswith("search"):
+            raw = r.get("raw_bm25s_p50_s", r.get("raw_p50_s"))
+            extra = (f"{r['p50_s']:.3f} s / {raw:.3f} s = {r['ratio_ours_over_raw']}x" if raw is not None
+                     else f"{r['p50_s']:.3f} s (Lucene)")
+        print(f"{r['n']:>9} {r['stage']:<13} {r['seconds']:>9} {r['docs_per_s'] or '':>9} {r['peak_rss_mb']:>12}  {extra}")
     return 0
 
 
