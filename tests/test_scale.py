@@ -155,3 +155,12 @@ def test_lucene_runs_within_the_heap_it_is_given(tmp_path):
             "print(j.autoclass('java.lang.Runtime').getRuntime().maxMemory() // 2**20)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert 250 <= int(out.stdout.strip().splitlines()[-1]) <= 300
+
+
+def test_build_resources_are_checked_before_any_work(capsys):
+    from medr2_hooks.cli.main import main
+
+    assert main(["index", "build", "textbooks_demo", "--heap-mb", "64"]) == 2
+    assert "heap_mb must be >= 128" in capsys.readouterr().err
+    assert main(["index", "build", "textbooks_demo", "--threads", "0"]) == 2
+    assert "threads must be >= 1" in capsys.readouterr().err

@@ -37,6 +37,9 @@ from ..corpus.store import CorpusStore, PmidLookupWriter, SeenIds, file_sha256, 
 # random ids, so the manifest identifies them by the hash of their input instead of their bytes.
 LUCENE = "lucene"
 CORPUS_BATCH = 2048  # source documents read, segmented and written together: the corpus stage's memory bound
+# bm25s scores the whole corpus in memory: measured ~7.7 KB a passage at its build's peak (1.1M passages: 8.7 GB,
+# bench/bench_scale.py); past a million passages a build says so and names the Lucene backend.
+BM25S_LARGE, BM25S_BYTES_PER_PASSAGE = 1_000_000, 7_700
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,9 @@ def build_sparse_bm25(recipe: Recipe, store: CorpusStore, folder: Path, log=prin
         lucene = build_lucene_bm25(tokens, folder / LUCENE, resources.threads, resources.heap_mb)
         log(f"bm25: {n} passages (Lucene {lucene['anserini']}, k1={cfg.k1}, b={cfg.b})")
         return {**asdict(cfg), "lucene": lucene}
+    if n > BM25S_LARGE:
+        log(f"bm25: bm25s builds its index in memory, about {n * BM25S_BYTES_PER_PASSAGE / 1e9:.0f} GB for {n} "
+            "passages (bench/bench_scale.py); bm25: {backend: pyserini} builds within --heap-mb")
     build_bm25(passage_batches(store), folder, cfg.k1, cfg.b, cfg.method, cfg.stopwords)
     log(f"bm25: {n} passages (bm25s, k1={cfg.k1}, b={cfg.b})")
     return asdict(cfg)
