@@ -118,6 +118,9 @@ def stage(name: str, folder: Path, n: int, queries: int, backend: str = "bm25s")
     elif name == "bm25":  # the whole build: the corpus stage finds its store complete and reuses it
         from medr2_hooks.retrieve.build import build
 
+        if backend != "bm25s":
+            _reuse_corpus(folder, index)
+
         manifest = build(_recipe(folder, backend), index, log=lambda *_: None)
         report = json.loads((index / "build_report.json").read_text())
         out.update(passages=manifest["counts"]["passages"], bm25_seconds=report["timings_s"]["bm25"],
