@@ -164,3 +164,25 @@ def test_build_resources_are_checked_before_any_work(capsys):
     assert "heap_mb must be >= 128" in capsys.readouterr().err
     assert main(["index", "build", "textbooks_demo", "--threads", "0"]) == 2
     assert "threads must be >= 1" in capsys.readouterr().err
+
+
+def test_the_corpus_store_keeps_a_bounded_number_of_documents(tmp_path, words, monkeypatch):
+    """A build reads every passage once, in order: the store's document cache stays at its bound and the texts are
+    those of the documents (the cache used to keep every document read: the whole corpus by the end of a build)."""
+    from medr2_hooks.corpus.recipe import BM25, Recipe, Source
+    from medr2_hooks.corpus.segment import Segmentation
+    from medr2_hooks.corpus.store import CorpusStore
+    from medr2_hooks.retrieve.build import build_corpus
+
+    docs = list(documents(300, *words, seed=5, mean_tokens=40))
+    write_jsonl(tmp_path / "syn.jsonl", docs)
+    recipe = Recipe(name="syn", sources=[Source(reader="generic_jsonl", paths="syn.jsonl", base=str(tmp_path))],
+                    segmentation=Segmentation(tokenizer="whitespace", passage_tokens=400, passage_overlap=8),
+                    dense=None, bm25=BM25())
+    build_corpus(recipe, tmp_path / "corpus", log=lambda *_: None)
+    monkeypatch.setattr(CorpusStore, "CACHED", 16)
+    store = CorpusStore(tmp_path / "corpus")
+    texts = store.passage_texts(range(len(store.passages)))
+    assert len(store._cache) == 16 and len(texts) == len(docs)
+    assert [t.split() for t in texts] == [d["text"].split() for d in docs]
+    assert store.passage_text(0) == texts[0]  # evicted long ago: read again from disk

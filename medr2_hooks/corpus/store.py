@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import sqlite3
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -75,7 +76,11 @@ def write_corpus(folder: Path, batches) -> tuple[str, int, int]:
 
 
 class CorpusStore:
-    """Read-only access to a built corpus; documents are read from disk on demand."""
+    """Read-only access to a built corpus; documents are read from disk on demand and the last ``CACHED`` kept
+    (a build reads passages in order, a search a few hundred documents: a bounded cache serves both, where keeping
+    every document read held the whole corpus in RAM by the end of a build's pass over it)."""
+
+    CACHED = 4096
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -85,18 +90,23 @@ class CorpusStore:
         except FileNotFoundError as exc:
             raise DataError(f"incomplete corpus in {folder}: {exc.filename} is missing; rebuild the index") from None
         self._fh = open(folder / "docs.jsonl", "rb")
-        self._cache: dict[int, Document] = {}
+        self._cache: OrderedDict[int, Document] = OrderedDict()  # the last CACHED documents read (LRU)
 
     @property
     def n_docs(self) -> int:
         return len(self.offsets) - 1
 
     def doc(self, row: int) -> Document:
-        if row not in self._cache:
-            start, end = int(self.offsets[row]), int(self.offsets[row + 1])
-            self._fh.seek(start)
-            self._cache[row] = Document.from_json(json.loads(self._fh.read(end - start)))
-        return self._cache[row]
+        doc = self._cache.get(row)
+        if doc is not None:
+            self._cache.move_to_end(row)
+            return doc
+        start, end = int(self.offsets[row]), int(self.offsets[row + 1])
+        self._fh.seek(start)
+        doc = self._cache[row] = Document.from_json(json.loads(self._fh.read(end - start)))
+        if len(self._cache) > self.CACHED:
+            self._cache.popitem(last=False)
+        return doc
 
     def passage_text(self, pid: int) -> str:
         row, start, end = self.passages[pid]
