@@ -20,8 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "index folder (one node of a Slurm array or a Ray job; run --corpus-only first, and "
                        "`medr2 index build RECIPE` after every part to train, fill and write the manifest)")
     build.add_argument("--threads", type=int, help="Lucene indexing threads (pyserini backends; default: every core)")
-    build.add_argument("--heap-mb", type=int, default=1024, help="the JVM's heap bound in MB for Lucene builds, half of "
-                       "it Lucene's indexing buffer (default: %(default)s; peak RSS stays near it at any corpus size)")
+    build.add_argument("--heap-mb", type=int, help="the JVM's heap bound in MB for Lucene builds, half of "
+                       "it Lucene's indexing buffer (default: 1024; peak RSS stays near it at any corpus size)")
     info = sub.add_parser("info", help="print an index's manifest summary")
     info.add_argument("name", help="index name or folder")
     info.add_argument("--json", action="store_true", help="print the whole manifest")
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         from ..retrieve.build import Resources, build, build_corpus, build_part, index_dir
 
         try:
-            resources = Resources(threads=args.threads, heap_mb=args.heap_mb)
+            resources = Resources(threads=args.threads, **({} if args.heap_mb is None else {"heap_mb": args.heap_mb}))
         except ValueError as exc:
             raise Medr2Error(f"medr2 index build: {exc}") from None
         recipe = load_recipe(args.recipe)

@@ -31,6 +31,7 @@ from ..corpus.sources import READERS, source_files
 from ..errors import DataError
 from ..fs import atomic_write_text, safe_component
 from ..corpus.store import CorpusStore, PmidLookupWriter, SeenIds, file_sha256, write_corpus
+from .lucene import DEFAULT_HEAP_MB
 
 
 # Lucene indexes (pyserini backends) live in a "lucene" folder under their retriever; their segment files carry
@@ -49,7 +50,7 @@ class Resources:
     Lucene's indexing buffer (``medr2 index build --threads --heap-mb``)."""
 
     threads: int | None = None
-    heap_mb: int = 1024
+    heap_mb: int = DEFAULT_HEAP_MB
 
     def __post_init__(self):
         if self.threads is not None and self.threads < 1:
