@@ -16,7 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tasks", required=True, help="comma-separated task or group names (medr2 tasks list)")
     parser.add_argument("--model", default="embedded:gemma-270m",
-                        help="embedded:gemma-270m (default), or an lm-eval model type: hf, vllm, local-completions, ...")
+                        help="embedded:gemma-270m (default; scored by hf-continuation), or an lm-eval model type: hf, vllm, "
+                             "local-completions, ..., or hf-continuation (hf with logits for the continuation "
+                             "positions only: the same log-likelihoods in far less memory at long windows)")
     parser.add_argument("--model_args", default="", help="lm-eval model args, e.g. pretrained=<hub id or path>,dtype=bfloat16")
     parser.add_argument("--limit", type=float, help="first N items per task (or a fraction if < 1)")
     parser.add_argument("--num_fewshot", type=int, help="demonstrations from the task's demo pool")

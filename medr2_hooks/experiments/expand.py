@@ -14,6 +14,7 @@ from pathlib import Path
 from ..config import ConfigError
 from ..pipeline.config import ROLES, MethodConfig
 from .config import ABLATIONS, LONG_WINDOW, Experiment, role_set
+from ..lmeval.runner import CONTINUATION_MODEL
 
 RETRIEVAL = ("vanilla_rag", "llm_amt", "medr2", "medr2_cot") + ABLATIONS
 
@@ -69,7 +70,7 @@ def expand(exp: Experiment) -> list[Run]:
                         resolved = finetune_checkpoint(exp, spec, benchmark)
                         model_args = ",".join(a for a in (f"pretrained={resolved['checkpoint']}",
                                                           _without_pretrained(model_args)) if a)
-                        lm_model = "hf" if spec.model.startswith("embedded:") else spec.model
+                        lm_model = CONTINUATION_MODEL if spec.model.startswith("embedded:") else spec.model
                     if method in RETRIEVAL:
                         cap = spec.pack_window_cap or window
                         override = {**exp.method_override, **exp.method_overrides.get(method, {}),

@@ -31,6 +31,9 @@ from .registry import check_tasks
 # carry ~2,000-token prompts: batch 4 peaked at 23.4 GB there, so they get batch 1.
 EMBEDDED_BATCH_SIZE = {"embedded:gemma-270m": 4, "embedded:smollm2-135m-instruct": 8}
 LONG_PROMPT_TASKS = ("medr2", "vanilla_rag", "llm_amt")
+# lm-eval models of this package, registered lazily (lm-eval's placeholders: imported when a run asks for one)
+CONTINUATION_MODEL = "hf-continuation"
+MODELS = {CONTINUATION_MODEL: "medr2_hooks.lmeval.hf_continuation:ContinuationHFLM"}
 
 
 def default_batch_size(model: str, tasks: list[str]) -> int | None:
@@ -104,14 +107,29 @@ def parse_model_args(text: str) -> dict:
 
 
 def resolve_model(model: str, model_args: str) -> tuple[str, dict[str, str]]:
-    """(lm-eval model type, model args with embedded names resolved)."""
+    """(lm-eval model type, model args with embedded names resolved). An embedded model is scored by
+    ``hf-continuation`` (lm-eval's ``hf`` with logits for the continuation positions only: same numbers,
+    without full-sequence logits over Gemma-3's 262k vocabulary at long windows)."""
     args = parse_model_args(model_args)
     if embedded.is_embedded(model):
         args = {"pretrained": embedded.resolve(model), "dtype": "float32", **args}
-        model = "hf"
+        model = CONTINUATION_MODEL
     elif embedded.is_embedded(args.get("pretrained", "")):
         args["pretrained"] = embedded.resolve(args["pretrained"])
     return model, args
+
+
+def register_models() -> None:
+    """Make this package's lm-eval models known to lm-eval's registry (lm-eval's own first: its registry only
+    imports them while it is empty)."""
+    import importlib
+
+    from lm_eval.api.registry import model_registry
+
+    importlib.import_module("lm_eval.models")
+    for name, target in MODELS.items():
+        if name not in model_registry:
+            model_registry.register(name, target=target)
 
 
 def fine_tuned(pretrained: str) -> dict | None:
@@ -233,6 +251,7 @@ def run_eval(cfg: EvalConfig) -> dict:
     name = cfg.run_name or default_run_name(cfg.tasks, cfg.model)
     out_dir = Path(cfg.output_path) if cfg.output_path else settings.results_dir() / "runs" / name
 
+    register_models()
     started = time.time()
     prepared = prepare_in_subprocess(cfg.tasks, metadata) if cfg.prepare else {}
     results = simple_evaluate(
