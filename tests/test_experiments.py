@@ -142,9 +142,34 @@ def test_report_marks_missing_cells_and_computes_paired_statistics(tmp_path, mon
     assert (out / "methods.png").is_file() and (out / "accuracy_vs_cost.svg").is_file()
     rows = (out / "table.csv").read_text().splitlines()
     assert rows[0] == "model,window,method,medqa_usmle,average" and "gemma-270m,4096,ablation_q,," in rows
-    first = {p.name: p.read_bytes() for p in out.iterdir()}
+    files = lambda: {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}  # noqa: E731
+    first = files()
     render(exp)  # the same results give the same files, figures included (no dates, fixed SVG ids)
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == first
+    assert files() == first
+
+
+def test_the_committed_run_summaries_regenerate_the_report_and_resume_the_sweep(tmp_path, monkeypatch):
+    """Run folders stay out of git: on another machine the report and the sweep read the runs' summaries."""
+    import shutil
+
+    from medr2_hooks.experiments.report import render
+    from medr2_hooks.experiments.sweep import sweep
+
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path))
+    exp = load_experiment("table10_embedded")
+    runs = expand(exp)
+    _fake_run(runs[0], [1, 1, 0, 0, 1, 0, 0, 0, 1, 0])
+    _fake_run(runs[-1], [1, 0, 1, 1, 1, 1, 1, 0, 1, 1])
+    out = render(exp)
+    assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(f"{r.name}.json" for r in (runs[0], runs[-1]))
+    made = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    shutil.rmtree(tmp_path / "runs")  # a fresh clone: no run folders
+    render(exp)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == made
+    executed = []
+    state = sweep(exp.name, runs, wandb=False, execute_run=lambda run, wandb: executed.append(run.name), log=lambda m: None)
+    assert executed == [r.name for r in runs[1:-1]]
+    assert state["runs"][runs[0].name]["status"] == state["runs"][runs[-1].name]["status"] == "skipped"
 
 
 def test_cache_reuse_is_all_windows_over_the_most_expensive_one():

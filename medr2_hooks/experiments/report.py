@@ -21,6 +21,7 @@ from .. import settings
 from ..fs import atomic_write_text
 from .config import Experiment
 from .expand import Run, expand
+from .sweep import run_dir, summary_path
 from .stats import mcnemar, paired_bootstrap
 
 PAPER_NUMBERS = settings.REPO_ROOT / "experiments" / "paper_numbers.csv"
@@ -41,37 +42,62 @@ def primary_metric(results: dict) -> tuple[str, float] | None:
 
 
 def load_runs(runs: list[Run]) -> dict[str, dict]:
-    """Run name → {score, metric, invalid, wall_seconds, items: {doc id: 0/1}, finetune} for runs with results."""
+    """Run name → {score, metric, invalid, wall_seconds, items: {doc id: 0/1}, finetune, …} for runs with results:
+    read from the run folder where it is here (``from_folder``: True), else from the run's committed summary."""
     out = {}
     for run in runs:
-        folder = settings.results_dir() / "runs" / run.name
-        record_path = folder / "run.json"
-        if not record_path.is_file():
-            continue
-        record = json.loads(record_path.read_text())
-        metric = primary_metric(record.get("results", {}).get(run.task, {}))
-        if metric is None:
-            continue
-        items = {}
-        for path in folder.rglob(f"samples_{run.task}_*.jsonl"):
-            for line in path.read_text(encoding="utf-8").splitlines():
-                row = json.loads(line)
-                items[row["doc"]["id"]] = float(row.get(metric[0], 0.0))
-        invalid = record["results"][run.task].get("invalid,none")
-        top1 = record["results"][run.task].get("top1,none")
-        prepass = list((record.get("prepass") or {}).values())
-        # packs made by an earlier run (the same pre-pass identity, e.g. every window above a rehearsal's cap) cost
-        # this run nothing: their record describes the run that made them
-        reused = bool(((record.get("prepared") or {}).get(run.task) or {}).get("reused"))
-        paid = [] if reused else prepass
-        out[run.name] = {"metric": metric[0], "score": metric[1], "items": items, "wall_seconds": record.get("wall_seconds"),
-                         "prepass_seconds": sum(p["wall_seconds"] for p in paid) if prepass else None,
-                         "model_calls": sum(u["calls"] for p in paid for u in p["usage"].values()) if prepass else None,
-                         "prompt_tokens": sum(u["prompt_tokens"] for p in paid for u in p["usage"].values()) if prepass else None,
-                         "packs_reused": reused, "packed_tokens": _packed_mean(prepass),
-                         "invalid": None if invalid is None else 100 * float(invalid), "finetune": record.get("finetune"),
-                         "top1": None if top1 is None or metric[0] == "top1" else 100 * float(top1)}
+        got = _from_folder(run)
+        if got is None and summary_path(run).is_file():
+            got = {**json.loads(summary_path(run).read_text(encoding="utf-8"))["summary"], "from_folder": False}
+        if got is not None:
+            out[run.name] = got
     return out
+
+
+def write_summaries(runs: list[Run], done: dict) -> None:
+    """Keep each run read from its folder as ``results/<experiment>/runs/<run>.json`` (committed with the report),
+    so the report regenerates, and the sweep resumes, on a machine without the run folders."""
+    for run in runs:
+        got = done.get(run.name)
+        if got and got["from_folder"]:
+            record = json.loads((run_dir(run) / "run.json").read_text())
+            summary = {k: v for k, v in got.items() if k != "from_folder"}
+            path = summary_path(run)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json.dumps({
+                "run": run.name, "task": run.task, "git_commit": record.get("git_commit"),
+                "resolved": record.get("resolved"), "versions": record.get("versions"),
+                "hardware": record.get("hardware"), "summary": summary}, indent=1, sort_keys=True))
+
+
+def _from_folder(run: Run) -> dict | None:
+    folder = run_dir(run)
+    record_path = folder / "run.json"
+    if not record_path.is_file():
+        return None
+    record = json.loads(record_path.read_text())
+    metric = primary_metric(record.get("results", {}).get(run.task, {}))
+    if metric is None:
+        return None
+    items = {}
+    for path in folder.rglob(f"samples_{run.task}_*.jsonl"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            items[row["doc"]["id"]] = float(row.get(metric[0], 0.0))
+    invalid = record["results"][run.task].get("invalid,none")
+    top1 = record["results"][run.task].get("top1,none")
+    prepass = list((record.get("prepass") or {}).values())
+    # packs made by an earlier run (the same pre-pass identity, e.g. every window above a rehearsal's cap) cost
+    # this run nothing: their record describes the run that made them
+    reused = bool(((record.get("prepared") or {}).get(run.task) or {}).get("reused"))
+    paid = [] if reused else prepass
+    return {"metric": metric[0], "score": metric[1], "items": items, "wall_seconds": record.get("wall_seconds"),
+            "prepass_seconds": sum(p["wall_seconds"] for p in paid) if prepass else None,
+            "model_calls": sum(u["calls"] for p in paid for u in p["usage"].values()) if prepass else None,
+            "prompt_tokens": sum(u["prompt_tokens"] for p in paid for u in p["usage"].values()) if prepass else None,
+            "packs_reused": reused, "packed_tokens": _packed_mean(prepass),
+            "invalid": None if invalid is None else 100 * float(invalid), "finetune": record.get("finetune"),
+            "top1": None if top1 is None or metric[0] == "top1" else 100 * float(top1), "from_folder": True}
 
 
 def _packed_mean(prepass: list[dict]) -> float | None:
@@ -266,6 +292,7 @@ def render(exp: Experiment) -> Path:
     paper = exp.paper_table
     runs = expand(exp)
     done = load_runs(runs)
+    write_summaries(runs, done)
     rows = result_rows(exp, runs, done)
     out = settings.results_dir() / exp.name
     out.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
-"""Run an experiment's runs in order; skip those whose ``run.json`` exists; record failures and go on.
+"""Run an experiment's runs in order; skip those with results (a ``run.json`` in the run folder, or the run's
+summary in ``results/<experiment>/runs/``); record failures and go on.
 
 State of the sweep lives in ``results/<experiment>/sweep.json`` (written after every run): per run its status
 (``done``, ``skipped`` — results already there, ``failed`` with the error), wall seconds and results folder.
@@ -20,6 +21,17 @@ from .expand import Run
 
 def run_dir(run: Run) -> Path:
     return settings.results_dir() / "runs" / safe_component(run.name, "run name")
+
+
+def summary_path(run: Run) -> Path:
+    """The run's committed summary (``medr2 report`` writes it from the run folder): what the report needs when
+    the run folder, which git does not keep, is on another machine."""
+    return settings.results_dir() / safe_component(run.experiment, "experiment name") / "runs" / f"{run_dir(run).name}.json"
+
+
+def has_results(run: Run) -> Path | None:
+    """Where the run's results are (its run folder's ``run.json``, else its summary), or None."""
+    return next((p for p in (run_dir(run) / "run.json", summary_path(run)) if p.is_file()), None)
 
 
 def execute(run: Run, wandb: bool = True) -> dict:
@@ -44,9 +56,10 @@ def sweep(name: str, runs: list[Run], wandb: bool = True, execute_run=execute, l
     for i, run in enumerate(runs, 1):
         entry = {"task": run.task, "model": run.model, "method": run.method, "benchmark": run.benchmark,
                  "window": run.window, "results": str(run_dir(run))}
-        if (run_dir(run) / "run.json").is_file():
+        found = has_results(run)
+        if found is not None:
             entry["status"] = "skipped"
-            log(f"[{i}/{len(runs)}] {run.name}: results exist, skipped")
+            log(f"[{i}/{len(runs)}] {run.name}: results exist ({found}), skipped")
         else:
             log(f"[{i}/{len(runs)}] {run.name}")
             started = time.perf_counter()
