@@ -15,7 +15,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  medr2 sweep table10_embedded                      # run (skips runs whose results exist)\n"
         "  medr2 sweep table9 --wandb-sweep sweep.yaml && wandb sweep sweep.yaml   # then `wandb agent` on each GPU box\n"
         "  medr2 sweep table9 --rehearse && medr2 report table9_rehearsal   # the GPU grid on CPU stand-ins\n"
-        "State: results/<experiment>/sweep.json; each run: results/runs/<run>/ and a W&B run (group = experiment)."
+        "State: results/<experiment>/sweep.json; each run: results/runs/<run>/ and a W&B run (group = experiment);\n"
+        "medr2 report keeps each run's summary in results/<experiment>/runs/<run>.json (committed with the report):\n"
+        "a run with a run folder or a summary is skipped, so delete both to run a cell again."
     )
     parser.add_argument("config", help="an experiment name in experiments/ or a YAML path")
     parser.add_argument("--dry-run", action="store_true", help="list the runs without executing them")
