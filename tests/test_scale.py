@@ -164,6 +164,9 @@ def test_build_resources_are_checked_before_any_work(capsys):
     assert "heap_mb must be >= 128" in capsys.readouterr().err
     assert main(["index", "build", "textbooks_demo", "--threads", "0"]) == 2
     assert "threads must be >= 1" in capsys.readouterr().err
+    for part in (["--corpus-only"], ["--shard", "0/2"]):  # no JVM starts there: the flags would do nothing
+        assert main(["index", "build", "textbooks_demo", *part, "--threads", "2"]) == 2
+        assert "not with --corpus-only or --shard" in capsys.readouterr().err
 
 
 def test_the_corpus_store_keeps_a_bounded_number_of_documents(tmp_path, words, monkeypatch):

@@ -19,9 +19,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--shard", metavar="I/N", help="encode only dense and SPLADE shards I, I+N, ... into the shared "
                        "index folder (one node of a Slurm array or a Ray job; run --corpus-only first, and "
                        "`medr2 index build RECIPE` after every part to train, fill and write the manifest)")
-    build.add_argument("--threads", type=int, help="Lucene indexing threads (pyserini backends; default: every core)")
+    build.add_argument("--threads", type=int, help="Lucene indexing threads (pyserini backends; default: every core; "
+                       "not with --corpus-only or --shard)")
     build.add_argument("--heap-mb", type=int, help="the JVM's heap bound in MB for Lucene builds, half of "
-                       "it Lucene's indexing buffer (default: 1024; peak RSS stays near it at any corpus size)")
+                       "it Lucene's indexing buffer (default: 1024; peak RSS stays near it at any corpus size; not with "
+                       "--corpus-only or --shard)")
     info = sub.add_parser("info", help="print an index's manifest summary")
     info.add_argument("name", help="index name or folder")
     info.add_argument("--json", action="store_true", help="print the whole manifest")
@@ -48,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
             resources = Resources(threads=args.threads, **({} if args.heap_mb is None else {"heap_mb": args.heap_mb}))
         except ValueError as exc:
             raise Medr2Error(f"medr2 index build: {exc}") from None
+        if (args.corpus_only or args.shard) and (args.threads is not None or args.heap_mb is not None):
+            # the corpus stage and the dense/SPLADE shards start no JVM: the flags would change nothing
+            raise Medr2Error("medr2 index build: --threads and --heap-mb size the Lucene builds, which run in the "
+                             "final `medr2 index build RECIPE` (not with --corpus-only or --shard)")
         recipe = load_recipe(args.recipe)
         if args.lenient:
             recipe = dataclasses.replace(recipe, strict=False)
