@@ -152,6 +152,7 @@ def test_the_committed_run_summaries_regenerate_the_report_and_resume_the_sweep(
     """Run folders stay out of git: on another machine the report and the sweep read the runs' summaries."""
     import shutil
 
+    from medr2_hooks.errors import Medr2Error
     from medr2_hooks.experiments.report import render
     from medr2_hooks.experiments.sweep import sweep
 
@@ -170,6 +171,13 @@ def test_the_committed_run_summaries_regenerate_the_report_and_resume_the_sweep(
     state = sweep(exp.name, runs, wandb=False, execute_run=lambda run, wandb: executed.append(run.name), log=lambda m: None)
     assert executed == [r.name for r in runs[1:-1]]
     assert state["runs"][runs[0].name]["status"] == state["runs"][runs[-1].name]["status"] == "skipped"
+
+    shutil.rmtree(out / "runs")  # a report made before summaries existed, on a machine without its run folders
+    with pytest.raises(Medr2Error, match="holds 2 runs with results, but only 0"):
+        render(exp)
+    assert (out / "report.md").read_bytes() == made["report.md"]
+    render(exp, force=True)
+    assert "Runs with results: 0 of 9" in (out / "report.md").read_text()
 
 
 def test_cache_reuse_is_all_windows_over_the_most_expensive_one():

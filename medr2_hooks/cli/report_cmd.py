@@ -7,12 +7,14 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="an experiment name in experiments/ or a YAML path")
+    parser.add_argument("--force", action="store_true",
+                        help="render even when fewer runs have results here than the existing report holds")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..experiments.config import load_experiment
     from ..experiments.report import render
 
-    out = render(load_experiment(args.config))
+    out = render(load_experiment(args.config), force=args.force)
     print(f"report: {out / 'report.md'}")
     return 0

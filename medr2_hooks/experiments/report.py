@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -288,10 +289,25 @@ def figures(exp: Experiment, rows: list[dict], runs: list[Run], done: dict, out:
     return written
 
 
-def render(exp: Experiment) -> Path:
+def check_no_loss(exp: Experiment, done: dict) -> None:
+    """A report rendered here must not hold fewer runs than the one it replaces: run folders are not in git, so on
+    another machine (without run summaries) rendering would overwrite committed numbers with missing cells."""
+    from ..errors import Medr2Error
+
+    path = settings.results_dir() / exp.name / "report.md"
+    found = re.search(r"^Runs with results: (\d+) of", path.read_text(encoding="utf-8"), re.M) if path.is_file() else None
+    if found and int(found.group(1)) > len(done):
+        raise Medr2Error(f"{path} holds {found.group(1)} runs with results, but only {len(done)} have results here "
+                         f"(run folders in {settings.results_dir() / 'runs'} or summaries in {path.parent / 'runs'}): "
+                         f"run `medr2 sweep {exp.name}` first, or pass --force to render the smaller report")
+
+
+def render(exp: Experiment, force: bool = False) -> Path:
     paper = exp.paper_table
     runs = expand(exp)
     done = load_runs(runs)
+    if not force:
+        check_no_loss(exp, done)
     write_summaries(runs, done)
     rows = result_rows(exp, runs, done)
     out = settings.results_dir() / exp.name
