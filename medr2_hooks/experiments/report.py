@@ -44,12 +44,13 @@ def primary_metric(results: dict) -> tuple[str, float] | None:
 
 def load_runs(runs: list[Run]) -> dict[str, dict]:
     """Run name → {score, metric, invalid, wall_seconds, items: {doc id: 0/1}, finetune, …} for runs with results:
-    read from the run folder where it is here (``from_folder``: True), else from the run's committed summary."""
+    read from the run folder where it is here (with its ``provenance``), else from the run's committed summary
+    (``provenance``: None)."""
     out = {}
     for run in runs:
         got = _from_folder(run)
         if got is None and summary_path(run).is_file():
-            got = {**json.loads(summary_path(run).read_text(encoding="utf-8"))["summary"], "from_folder": False}
+            got = {**json.loads(summary_path(run).read_text(encoding="utf-8"))["summary"], "provenance": None}
         if got is not None:
             out[run.name] = got
     return out
@@ -60,15 +61,12 @@ def write_summaries(runs: list[Run], done: dict) -> None:
     so the report regenerates, and the sweep resumes, on a machine without the run folders."""
     for run in runs:
         got = done.get(run.name)
-        if got and got["from_folder"]:
-            record = json.loads((run_dir(run) / "run.json").read_text())
-            summary = {k: v for k, v in got.items() if k != "from_folder"}
+        if got and got["provenance"] is not None:
+            summary = {k: v for k, v in got.items() if k != "provenance"}
             path = summary_path(run)
             path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, json.dumps({
-                "run": run.name, "task": run.task, "git_commit": record.get("git_commit"),
-                "resolved": record.get("resolved"), "versions": record.get("versions"),
-                "hardware": record.get("hardware"), "summary": summary}, indent=1, sort_keys=True))
+            atomic_write_text(path, json.dumps({"run": run.name, "task": run.task, **got["provenance"],
+                                                "summary": summary}, indent=1, sort_keys=True))
 
 
 def _from_folder(run: Run) -> dict | None:
@@ -98,7 +96,8 @@ def _from_folder(run: Run) -> dict | None:
             "prompt_tokens": sum(u["prompt_tokens"] for p in paid for u in p["usage"].values()) if prepass else None,
             "packs_reused": reused, "packed_tokens": _packed_mean(prepass),
             "invalid": None if invalid is None else 100 * float(invalid), "finetune": record.get("finetune"),
-            "top1": None if top1 is None or metric[0] == "top1" else 100 * float(top1), "from_folder": True}
+            "top1": None if top1 is None or metric[0] == "top1" else 100 * float(top1),
+            "provenance": {k: record.get(k) for k in ("git_commit", "resolved", "versions", "hardware")}}
 
 
 def _packed_mean(prepass: list[dict]) -> float | None:
