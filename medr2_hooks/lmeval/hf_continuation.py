@@ -17,6 +17,7 @@ Everything else — batching, truncation, one-token-continuation caching, genera
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -66,7 +67,7 @@ class ContinuationHFLM(HFLM):
     def _model_call(self, inps: torch.Tensor, attn_mask: torch.Tensor | None = None,
                     labels: torch.Tensor | None = None) -> torch.Tensor:
         keep = self.logits_to_keep(inps) if attn_mask is None and labels is None else None
-        if keep is None or keep >= inps.shape[1] or not _accepts_logits_to_keep(self.model):
+        if keep is None or keep >= inps.shape[1] or not _accepts_logits_to_keep(type(self.model)):
             return super()._model_call(inps, attn_mask=attn_mask, labels=labels)
         with torch.no_grad(), torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
                                              enabled=self.mixed_precision_dtype is not None):
@@ -80,5 +81,7 @@ def _rstrip(row: list[int], value: int) -> list[int]:
     return row[:end]
 
 
-def _accepts_logits_to_keep(model) -> bool:
-    return "logits_to_keep" in inspect.signature(model.forward).parameters
+@functools.cache
+def _accepts_logits_to_keep(model_class: type) -> bool:
+    """Whether this transformers model class's forward takes ``logits_to_keep`` (asked once per class)."""
+    return "logits_to_keep" in inspect.signature(model_class.forward).parameters

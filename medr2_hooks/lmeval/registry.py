@@ -11,11 +11,12 @@ from ..errors import UnknownNameError
 def task_manager(include_defaults: bool = False, metadata: dict | None = None):
     """Our tasks only by default: skips indexing lm-eval's ~14,000 built-in YAML files (~10 s).
     ``metadata`` reaches every task's dataset hook (lm-eval merges it over the YAML metadata)."""
-    from .usertasks import include_paths
+    from .usertasks import include_paths, user_task_files
 
-    paths = include_paths()
+    files = user_task_files()
+    paths = include_paths(files)
     # the user's task files are part of the key: a benchmark registered since the last call is seen
-    user = tuple(sorted((str(p), p.stat().st_mtime_ns) for root in paths[1:] for p in root.glob("**/*.yaml")))
+    user = tuple((str(p), p.stat().st_mtime_ns) for p in files)
     return _task_manager(include_defaults, json.dumps(metadata or {}, sort_keys=True), tuple(map(str, paths)), user)
 
 

@@ -33,10 +33,16 @@ def user_tasks_dir() -> Path:
     return settings.config_dir() / "tasks"
 
 
-def include_paths() -> list[Path]:
-    """The folders a TaskManager indexes: the shipped tasks, then the user's (when there are any)."""
-    user = user_tasks_dir()
-    return [settings.tasks_dir(), *([user] if any(user.glob("**/*.yaml")) else [])]
+def user_task_files() -> list[Path]:
+    """The user's task YAML files (``medr2 benchmark add``, ``medr2 wrap``), sorted."""
+    return sorted(user_tasks_dir().glob("**/*.yaml"))
+
+
+def include_paths(user_files: list[Path] | None = None) -> list[Path]:
+    """The folders a TaskManager indexes: the shipped tasks, then the user's (when there are any).
+    ``user_files``: the result of ``user_task_files()`` when the caller has it already."""
+    files = user_task_files() if user_files is None else user_files
+    return [settings.tasks_dir(), *([user_tasks_dir()] if files else [])]
 
 
 def task_config(benchmark: str, method: str) -> dict:

@@ -123,11 +123,15 @@ def _corpus_identity(recipe: Recipe, inputs: list[dict]) -> str:
 
 def built_corpus(recipe: Recipe, folder: Path, inputs: list[dict] | None = None) -> dict | None:
     """The record of the corpus in ``folder`` when it was built from this recipe and these input files, else None."""
-    marker = folder / "corpus.json"
+    identity = _corpus_identity(recipe, inputs if inputs is not None else input_files(recipe, folder))
+    return _marker_with(folder / "corpus.json", identity)
+
+
+def _marker_with(marker: Path, identity: str) -> dict | None:
+    """The build record in ``marker`` when it was written for ``identity``, else None."""
     if not marker.exists():
         return None
     done = json.loads(marker.read_text())
-    identity = _corpus_identity(recipe, inputs if inputs is not None else input_files(recipe, folder))
     return done if done.get("identity") == identity else None
 
 
@@ -135,7 +139,7 @@ def build_corpus(recipe: Recipe, folder: Path, log=print) -> dict:
     marker = folder / "corpus.json"
     inputs = input_files(recipe, folder)
     identity = _corpus_identity(recipe, inputs)
-    done = built_corpus(recipe, folder, inputs)
+    done = _marker_with(marker, identity)
     if done is not None:
         log(f"corpus: up to date ({done['documents']} documents, {done['passages']} passages)")
         return done
