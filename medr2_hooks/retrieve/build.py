@@ -123,8 +123,10 @@ def _corpus_identity(recipe: Recipe, inputs: list[dict]) -> str:
 
 def built_corpus(recipe: Recipe, folder: Path, inputs: list[dict] | None = None) -> dict | None:
     """The record of the corpus in ``folder`` when it was built from this recipe and these input files, else None."""
-    identity = _corpus_identity(recipe, inputs if inputs is not None else input_files(recipe, folder))
-    return _marker_with(folder / "corpus.json", identity)
+    marker = folder / "corpus.json"
+    if not marker.exists():  # before hashing the inputs: nothing built, nothing to compare
+        return None
+    return _marker_with(marker, _corpus_identity(recipe, inputs if inputs is not None else input_files(recipe, folder)))
 
 
 def _marker_with(marker: Path, identity: str) -> dict | None:
