@@ -91,13 +91,17 @@ def test_shards_in_any_order_and_ray_workers_assemble_the_same_packs(own_cache):
     unsharded_s = time.perf_counter() - started
     reference = Path(whole["packs"]).read_bytes()
 
-    own_cache("sharded")
+    cache = own_cache("sharded")
     started = time.perf_counter()
     for i in (1, 0):  # any order
         part = prepare_tasks([TASK], _metadata(), Shard(i, 2), log=quiet)[TASK]
         assert part["shard"] == f"{i}/2" and part["record"].endswith(f".shard-{i}of2.json")
         assert part["items"] == len(range(i, 3, 2)) and Path(part["record"]).is_file()
+    # each shard wrote only its own segment of the stage cache (shards may run on different nodes)
+    segments = cache / "stages.sqlite.segments"
+    assert not (cache / "stages.sqlite").exists() and len(list(segments.glob("*.sqlite"))) == 2
     assembled = prepare_tasks([TASK], _metadata(), log=quiet)[TASK]
+    assert not list(segments.glob("*.sqlite"))  # merged into the main file
     sharded_s = time.perf_counter() - started
     assert assembled["model_calls"] == 0  # assembly only reads the cache
     assert Path(assembled["packs"]).read_bytes() == reference
@@ -124,6 +128,18 @@ def test_shards_in_any_order_and_ray_workers_assemble_the_same_packs(own_cache):
     out = json.loads(done.stdout)[TASK]
     assert [s["shard"] for s in out["shards"]] == ["0/2", "1/2"] and out["model_calls"] == 0
     assert Path(out["packs"]).read_bytes() == reference
+
+
+def test_a_shard_refuses_to_build_a_missing_index(tmp_path, monkeypatch):
+    """n array tasks would each build it at once into one folder: the index is built before the shards."""
+    from medr2_hooks.errors import Medr2Error
+    from medr2_hooks.lmeval.prepare import Shard, prepare_tasks
+
+    monkeypatch.setenv("MEDR2_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path / "results"))
+    with pytest.raises(Medr2Error, match=r"index 'textbooks_demo' is not built .*medr2 index build textbooks_demo"):
+        prepare_tasks([TASK], _metadata(), Shard(1, 2), log=lambda *_: None)
+    assert not (tmp_path / "cache" / "indexes").exists()
 
 
 def test_ranks_above_zero_wait_for_rank_zeros_packs(own_cache, monkeypatch):

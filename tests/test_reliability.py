@@ -312,6 +312,37 @@ def test_a_cache_row_of_the_wrong_shape_is_corrupt_and_recomputed(tmp_path):
     assert again.cached("reformulate", ["q"], {"m": 1}, lambda xs: pytest.fail("recomputed twice"), shape=shape) == out
 
 
+def test_a_shard_writes_its_own_segment_reads_the_main_file_and_the_assembly_merges_it(tmp_path):
+    """Shards on other nodes must not write one SQLite file (its write-ahead log needs one host's shared memory):
+    each writes a segment, reads the main file without locks or -shm, resumes from its segment; merge joins them."""
+    from medr2_hooks.cache import StageCache
+
+    path = tmp_path / "stages.sqlite"
+    main = StageCache(path)
+    main.put_many("coarse", {main.key("old", {}): 0.1}, {})
+    main.close()  # the last connection checkpoints: the main file alone holds the rows
+    before = path.read_bytes()
+
+    def fail(xs):
+        raise AssertionError(f"recomputed {xs}")
+
+    shard = StageCache(path, segment="job-shard-0of2")
+    assert shard.cached("coarse", ["old"], {}, fail, shape=float) == [0.1]  # from the main file
+    assert shard.cached("coarse", ["new"], {}, lambda xs: [0.9 for _ in xs], shape=float) == [0.9]
+    shard.close()
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [
+        "stages.sqlite", "stages.sqlite.segments"]  # no -wal / -shm beside the main file
+    resumed = StageCache(path, segment="job-shard-0of2")  # a re-run of the same shard
+    assert resumed.cached("coarse", ["new"], {}, fail, shape=float) == [0.9]
+    resumed.close()
+    with pytest.raises(Exception, match="not a safe name"):
+        StageCache(path, segment="../elsewhere")
+
+    main = StageCache(path)
+    assert main.merge_segments() == 1 and not list((tmp_path / "stages.sqlite.segments").iterdir())
+    assert main.cached("coarse", ["old", "new"], {}, fail, shape=float) == [0.1, 0.9]
+
+
 def test_a_truncated_dense_shard_is_re_encoded(tmp_path):
     from medr2_hooks.retrieve.shards import encode_shards
 

@@ -17,7 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  medr2 prepare --tasks medqa_usmle_medr2 --ray --workers 8    # a shard per Ray worker, then assembly\n"
         "Packs land in $MEDR2_CACHE_DIR/packs/ (named by a hash of task, method config, role models, index and\n"
         "items); the lm-eval hook of the same task and settings then makes no model call. Shards and nodes must\n"
-        "share MEDR2_CACHE_DIR."
+        "share MEDR2_CACHE_DIR; each shard writes its own stage-cache segment, which the assembly merges. Build\n"
+        "the index before the shards (medr2 index build RECIPE)."
     )
     parser.add_argument("--tasks", required=True, help="comma-separated retrieval tasks or groups (medr2 tasks)")
     parser.add_argument("--limit", type=int, help="the first N evaluation items of each task (as lm-eval --limit N)")

@@ -75,12 +75,12 @@ def _wait_for_packs(spec: PrepassSpec, rank: int) -> list[dict]:
 
 
 def run_prepass(spec: PrepassSpec, write: bool = True, shard: str | None = None,
-                record_path: Path | None = None) -> tuple[list[dict], dict]:
-    """Run the method's pre-pass over the spec's items (every stage cached); write its record (at
-    ``record_path``, default the spec's) and, with ``write``, its packs."""
+                record_path: Path | None = None, cache=None) -> tuple[list[dict], dict]:
+    """Run the method's pre-pass over the spec's items (every stage cached, in ``cache``, default the main stage
+    cache); write its record (at ``record_path``, default the spec's) and, with ``write``, its packs."""
     from ..pipeline.medr2 import MedR2
 
-    packs, record = prepare_records(MedR2(spec.cfg), spec.benchmark, spec.eval_records, spec.demos)
+    packs, record = prepare_records(MedR2(spec.cfg, cache=cache), spec.benchmark, spec.eval_records, spec.demos)
     record.update(benchmark=spec.benchmark, subject=spec.subject, key=spec.key, identity=spec.identity(), shard=shard)
     tokens = [p["prompt_tokens"] for p in packs if p.get("prompt_tokens") is not None]
     record["packed_tokens"] = {"items": len(tokens), "mean": round(sum(tokens) / len(tokens), 1) if tokens else None,

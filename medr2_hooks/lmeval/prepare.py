@@ -5,11 +5,13 @@ their content (:mod:`.prepass`), and the process exits, releasing every role mod
 only reads the packs.
 
 Sharding runs on existing engines: ``--shard i/n`` (0 <= i < n) prepares items ``i, i+n, …`` of every task's
-evaluation items and demonstrations, writing only to the shared content-addressed stage cache (a Slurm array
-task, a ``wandb agent`` run, or a Ray worker each take one shard); an unsharded ``medr2 prepare`` afterwards
-assembles the packs from the cache without a model call. ``--ray`` does both on a Ray cluster: one shard per
-worker (one GPU each when the cluster has GPUs), then the assembly on the driver. The cache folder
-(``MEDR2_CACHE_DIR``) must be on a filesystem every worker sees.
+evaluation items and demonstrations (a Slurm array task, a ``wandb agent`` run, or a Ray worker each take one
+shard), writing only to its own segment of the content-addressed stage cache (:class:`~medr2_hooks.cache.StageCache`:
+SQLite's write-ahead log does not work across hosts, so shards on other nodes must not write one shared file).
+An unsharded ``medr2 prepare`` afterwards merges the segments and assembles the packs from the cache without a
+model call. ``--ray`` does both on a Ray cluster: one shard per worker (one GPU each when the cluster has GPUs),
+then the assembly on the driver. The cache folder (``MEDR2_CACHE_DIR``) must be on a filesystem every worker
+sees (NFS, Lustre, GPFS).
 
 A shard's values are the values an unsharded run computes when each model call's result does not depend on
 which other prompts share its batch (one prompt per batch, or a batch-invariant engine); with batched float
@@ -49,22 +51,36 @@ class Shard:
 
 def prepare_tasks(tasks: list[str], metadata: dict | None = None, shard: Shard | None = None, log=print) -> dict:
     """Prepare every retrieval task among ``tasks``; per task, what was written (packs path and sha256, record)."""
-    from ..retrieve.build import ensure_index
+    from ..cache import StageCache, stable_hash
+    from ..retrieve.build import ensure_index, index_dir
     from .medr2 import run_prepass
 
     hooks = task_hook_kwargs(tasks, metadata)
     if not hooks:
         raise Medr2Error(f"none of {', '.join(tasks)} has a pre-pass (direct tasks need none)")
+    if shard is None:
+        main = StageCache()
+        merged = main.merge_segments()
+        main.close()
+        if merged:
+            log(f"stage cache: merged {merged} rows of shard segments")
+        cache = None
+    else:  # named by the job, so a re-run of the same shard resumes from its own segment
+        cache = StageCache(segment=f"{stable_hash([sorted(tasks), metadata])[:16]}-shard-{shard.index}of{shard.count}")
     out = {}
     for task, kwargs in hooks.items():
         spec = prepass_spec(**kwargs)
-        ensure_index(spec.cfg.index, log=log)
+        if shard is None:
+            ensure_index(spec.cfg.index, log=log)
+        elif not (index_dir(spec.cfg.index) / "manifest.json").is_file():  # n shards would build it in one folder
+            raise Medr2Error(f"{task}: index {spec.cfg.index!r} is not built in {index_dir(spec.cfg.index)}; build it "
+                             f"once before the shards run (medr2 index build {spec.cfg.index})")
         started = time.perf_counter()
         if shard is not None:
             part = spec.shard(shard.index, shard.count)
             # named after the whole task's pre-pass, so the evaluation over the assembled packs finds it
             record_path = spec.record_path.with_name(f"{spec.record_path.stem}.shard-{shard.index}of{shard.count}.json")
-            run_prepass(part, write=False, shard=str(shard), record_path=record_path)
+            run_prepass(part, write=False, shard=str(shard), record_path=record_path, cache=cache)
             out[task] = {"shard": str(shard), "items": len(part.eval_records), "demos": len(part.demos),
                          "record": str(record_path), "seconds": round(time.perf_counter() - started, 2)}
             log(f"{task}: shard {shard}: {len(part.eval_records)} items + {len(part.demos)} demonstrations cached")
@@ -84,6 +100,8 @@ def prepare_tasks(tasks: list[str], metadata: dict | None = None, shard: Shard |
                      "model_calls": calls, "seconds": round(time.perf_counter() - started, 2)}
         log(f"{task}: {len(spec.eval_records)} items prepared in {out[task]['seconds']} s ({calls} model calls): "
             f"{record['packs']['packs']}")
+    if cache is not None:
+        cache.close()
     return out
 
 
@@ -97,6 +115,10 @@ def prepare_with_ray(tasks: list[str], metadata: dict | None, workers: int | Non
     """One shard per Ray worker (a GPU each when the cluster has GPUs), then the assembly here."""
     import ray
 
+    from ..retrieve.build import ensure_index
+
+    for kwargs in task_hook_kwargs(tasks, metadata).values():  # once, here, before the workers read them
+        ensure_index(prepass_spec(**kwargs).cfg.index, log=log)
     ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
              **({} if address else {"num_cpus": workers or os.cpu_count()}))
     try:
