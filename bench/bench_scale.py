@@ -3,6 +3,7 @@ stage by stage, each stage in its own process so its peak RSS is its own.
 
     python bench/bench_scale.py [--sizes 10000,100000,1000000] [--workdir DIR] [--queries 256] [--json]
                                 [--stages generate,corpus,bm25,search,dense,dense_search,splade,splade_search]
+                                [--bm25-backend pyserini [--heap-mb MB]]
 
 Per N it prints seconds, documents/s and peak RSS for: generate (write the JSONL), corpus (read, segment and
 write the corpus store in bounded batches), bm25 (streamed bm25s build, or Lucene's), dense (a tiny local
@@ -122,7 +123,7 @@ class AnonPeak:
         return round(self.peak / 1024, 1)
 
 
-def stage(name: str, folder: Path, n: int, queries: int, backend: str = "bm25s") -> dict:
+def stage(name: str, folder: Path, n: int, queries: int, backend: str = "bm25s", heap_mb: int | None = None) -> dict:
     """One stage in this process; returns its figures (peak RSS is this process's)."""
     anon = AnonPeak()
     t = time.perf_counter()
@@ -146,7 +147,11 @@ def stage(name: str, folder: Path, n: int, queries: int, backend: str = "bm25s")
         if backend != "bm25s":
             _reuse_corpus(folder, index)
 
-        manifest = build(_recipe(folder, backend), index, log=lambda *_: None)
+        from medr2_hooks.retrieve.build import Resources
+
+        resources = Resources(heap_mb=heap_mb) if heap_mb else Resources()
+        manifest = build(_recipe(folder, backend), index, log=lambda *_: None, resources=resources)
+        out["heap_mb"] = resources.heap_mb if backend != "bm25s" else None
         report = json.loads((index / "build_report.json").read_text())
         out.update(passages=manifest["counts"]["passages"], bm25_seconds=report["timings_s"]["bm25"],
                    corpus_reuse_seconds=report["timings_s"]["corpus"], index_mb=round(report["index_bytes"] / 1e6, 1))
@@ -255,6 +260,8 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=256)
     parser.add_argument("--bm25-backend", choices=["bm25s", "pyserini"], default="bm25s",
                         help="pyserini: Lucene's multithreaded indexer (the sparse extra and Java 21)")
+    parser.add_argument("--heap-mb", type=int, help="Lucene's JVM heap (half of it the indexing buffer; default "
+                        "medr2's 1024): a small one fills the buffer at 100k too, so RSS is compared at the bound")
     parser.add_argument("--stages", default=",".join(STAGES[:4]),
                         help=f"comma-separated, in order (default: %(default)s; all: {','.join(STAGES)})")
     parser.add_argument("--json", action="store_true")
@@ -263,7 +270,7 @@ def main() -> int:
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.stage:  # a child: one stage, its figures as the last stdout line
-        print(json.dumps(stage(args.stage, Path(args.folder), args.n, args.queries, args.bm25_backend)))
+        print(json.dumps(stage(args.stage, Path(args.folder), args.n, args.queries, args.bm25_backend, args.heap_mb)))
         return 0
     root = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="medr2_scale_"))
     rows = []
@@ -272,7 +279,8 @@ def main() -> int:
         folder.mkdir(parents=True, exist_ok=True)
         for name in args.stages.split(","):
             done = subprocess.run([sys.executable, __file__, "--stage", name, "--n", str(n), "--folder", str(folder),
-                                   "--queries", str(args.queries), "--bm25-backend", args.bm25_backend],
+                                   "--queries", str(args.queries), "--bm25-backend", args.bm25_backend,
+                                   *(["--heap-mb", str(args.heap_mb)] if args.heap_mb else [])],
                                   capture_output=True, text=True)
             if done.returncode != 0:
                 sys.stderr.write(done.stderr[-4000:])
