@@ -154,7 +154,8 @@ def stage(name: str, folder: Path, n: int, queries: int, backend: str = "bm25s",
         out["heap_mb"] = resources.heap_mb if backend != "bm25s" else None
         report = json.loads((index / "build_report.json").read_text())
         out.update(passages=manifest["counts"]["passages"], bm25_seconds=report["timings_s"]["bm25"],
-                   corpus_reuse_seconds=report["timings_s"]["corpus"], index_mb=round(report["index_bytes"] / 1e6, 1))
+                   corpus_reuse_seconds=report["timings_s"]["corpus"],
+                   index_mb=round(sum(v for k, v in report["bytes"].items() if k.startswith("bm25/")) / 1e6, 1))
     elif name == "search":
         out.update(_search(index, queries, backend))
     elif name in ("dense", "splade"):

@@ -163,6 +163,9 @@ def test_pyserini_lucene_bm25_agrees_with_bm25s(lucene_index, searcher):
     folder, manifest = lucene_index
     assert manifest["bm25"]["backend"] == "pyserini" and len(manifest["bm25"]["lucene"]["input_sha256"]) == 64
     assert not any(name.startswith("bm25/lucene") for name in manifest["files"])  # identified by input hash
+    report = json.loads((folder / "build_report.json").read_text())  # ... but its size is reported
+    lucene_bytes = sum(p.stat().st_size for p in (folder / "bm25" / "lucene").rglob("*") if p.is_file())
+    assert lucene_bytes > 0 and report["index_bytes"] >= lucene_bytes
     queries = QUERIES + [r.question for r in data.pools("medqa_usmle").eval[:50]]
     lucene = Searcher.open(folder)._ranked("bm25", queries, 10)
     bm25s_ = searcher._ranked("bm25", queries, 10)

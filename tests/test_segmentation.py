@@ -118,3 +118,24 @@ def test_llm_amt_chunker_is_a_recipe_setting():
     assert load_recipe("textbooks_demo_amt").segmentation.chunker == "llm_amt"
     with pytest.raises(ValueError, match="chunker must be one of"):
         Segmentation(chunker="paragraphs")
+
+
+def test_token_counts_and_word_starts_agree_with_the_spans():
+    """``counts`` (no spans) and the whitespace fast path of ``word_starts`` are shortcuts of the span-based
+    computation; on real textbook text, odd Unicode spaces included, they give the same answers."""
+    import gzip
+    import re
+    import sys
+
+    from medr2_hooks import settings
+    from medr2_hooks.corpus.segment import _word_starts
+
+    assert all(chr(i).isspace() == bool(re.match(r"\s", chr(i))) for i in range(sys.maxunicode + 1))
+    with gzip.open(settings.data_dir() / "corpus_textbooks" / "en" / "Pathoma_Husain.txt.gz", "rt") as fh:
+        text = fh.read()[:200_000]
+    texts = [text[i:i + 5_000] for i in range(0, len(text), 5_000)] + ["a\u00a0b\u2003c\x1cd  e\u3000f", "", " \n "]
+    for tokens in (WS, Tokens("embedded:minilm")):
+        spans = tokens.spans(texts)
+        assert tokens.counts(texts) == [len(s) for s in spans]
+        assert [tokens.word_starts(t, s) for t, s in zip(texts, spans)] == [_word_starts(t, s) for t, s in zip(texts, spans)]
+    assert not all(_word_starts(texts[0], Tokens("embedded:minilm").spans(texts[:1])[0]))  # sub-words are glued

@@ -75,6 +75,20 @@ class Tokens:
                         return_attention_mask=False, return_token_type_ids=False)
         return [[tuple(o) for o in offsets] for offsets in enc["offset_mapping"]]
 
+    def counts(self, texts: list[str]) -> list[int]:
+        """Tokens per text, without their spans (``str.split`` and ``\\S+`` split on the same Unicode whitespace)."""
+        if self._tok is None:
+            return [len(t.split()) for t in texts]
+        enc = self._tok(texts, add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False)
+        return [len(ids) for ids in enc["input_ids"]]
+
+    def word_starts(self, text: str, spans: list[tuple[int, int]]) -> list[bool]:
+        """Whether each token begins a word (not a sub-word continuation glued to the previous token). Whitespace
+        tokens are maximal runs of non-space characters, so none is ever glued to the one before."""
+        if self._tok is None:
+            return [True] * len(spans)
+        return _word_starts(text, spans)
+
 
 def is_heading(line: str) -> bool:
     s = line.strip()
@@ -113,7 +127,7 @@ def chapter_documents(docs: list[Document], seg: Segmentation, tokens: Tokens) -
     out: list[Document] = []
     for doc in docs:
         secs = sections(doc.text)
-        sizes = [len(sp) for sp in tokens.spans([doc.text[s:e] for _, s, e in secs])]
+        sizes = tokens.counts([doc.text[s:e] for _, s, e in secs])
         if sum(sizes) <= seg.max_doc_tokens:
             out.append(doc)
             continue
@@ -190,7 +204,7 @@ def passages(texts: list[str], seg: Segmentation, tokens: Tokens) -> list[list[t
     step = seg.passage_tokens - seg.passage_overlap
     out = []
     for text, spans in zip(texts, tokens.spans(texts)):
-        starts = _word_starts(text, spans)
+        starts = tokens.word_starts(text, spans)
         windows, first = [], 0
         while first < len(spans):
             last = min(first + seg.passage_tokens, len(spans)) - 1

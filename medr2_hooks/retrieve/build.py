@@ -38,9 +38,9 @@ from .lucene import DEFAULT_HEAP_MB
 # random ids, so the manifest identifies them by the hash of their input instead of their bytes.
 LUCENE = "lucene"
 CORPUS_BATCH = 2048  # source documents read, segmented and written together: the corpus stage's memory bound
-# bm25s scores the whole corpus in memory: measured ~7.7 KB a passage at its build's peak (1.1M passages: 8.7 GB,
+# bm25s scores the whole corpus in memory: measured ~5.6 KB a passage at its build's peak (1.14M passages: 6.4 GB,
 # bench/bench_scale.py); past a million passages a build says so and names the Lucene backend.
-BM25S_LARGE, BM25S_BYTES_PER_PASSAGE = 1_000_000, 7_700
+BM25S_LARGE, BM25S_BYTES_PER_PASSAGE = 1_000_000, 5_600
 
 
 @dataclass(frozen=True)
@@ -347,13 +347,15 @@ def build(recipe: Recipe, folder: Path | None = None, log=print, resources: Reso
         manifest["splade"] = timed("splade", build_sparse_splade, recipe, store, folder / "splade", corpus["corpus_hash"],
                                    resources=resources)
     store.close()
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in ("manifest.json", "build_report.json", "inputs.json")
-                   and ".tmp" not in p.name and LUCENE not in p.relative_to(folder).parts)
+    on_disk = sorted(p for p in folder.rglob("*") if p.is_file() and ".tmp" not in p.name
+                     and p.name not in ("manifest.json", "build_report.json", "inputs.json"))
+    files = [p for p in on_disk if LUCENE not in p.relative_to(folder).parts]
     manifest["files"] = {str(p.relative_to(folder)): file_sha256(p) for p in files}
     atomic_write_text(folder / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
+    # the report's sizes count Lucene's segment files too (the manifest hashes their input instead)
+    sizes = {str(p.relative_to(folder)): p.stat().st_size for p in on_disk}
     report = {"timings_s": timings, "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-              "bytes": {k: (folder / k).stat().st_size for k in manifest["files"]},
-              "index_bytes": sum((folder / k).stat().st_size for k in manifest["files"]), "skipped": corpus["skipped"]}
+              "bytes": sizes, "index_bytes": sum(sizes.values()), "skipped": corpus["skipped"]}
     atomic_write_text(folder / "build_report.json", json.dumps(report, indent=1, sort_keys=True))
     log(f"index {recipe.name}: {manifest['counts']['documents']} documents, {manifest['counts']['passages']} passages, "
         f"{report['index_bytes'] / 1e6:.1f} MB in {folder}; stages {timings}; peak RSS {report['peak_rss_mb']:.0f} MB")
