@@ -123,6 +123,11 @@ class AnonPeak:
         return round(self.peak / 1024, 1)
 
 
+def _retriever_mb(report: dict, retriever: str) -> float:
+    """MB of one retriever's own files in a build report (``bm25/``, ``dense/``, ``splade/``: not the corpus)."""
+    return round(sum(v for k, v in report["bytes"].items() if k.startswith(f"{retriever}/")) / 1e6, 1)
+
+
 def stage(name: str, folder: Path, n: int, queries: int, backend: str = "bm25s", heap_mb: int | None = None) -> dict:
     """One stage in this process; returns its figures (peak RSS is this process's)."""
     anon = AnonPeak()
@@ -155,7 +160,7 @@ def stage(name: str, folder: Path, n: int, queries: int, backend: str = "bm25s",
         report = json.loads((index / "build_report.json").read_text())
         out.update(passages=manifest["counts"]["passages"], bm25_seconds=report["timings_s"]["bm25"],
                    corpus_reuse_seconds=report["timings_s"]["corpus"],
-                   index_mb=round(sum(v for k, v in report["bytes"].items() if k.startswith("bm25/")) / 1e6, 1))
+                   index_mb=_retriever_mb(report, "bm25"))
     elif name == "search":
         out.update(_search(index, queries, backend))
     elif name in ("dense", "splade"):
@@ -163,10 +168,13 @@ def stage(name: str, folder: Path, n: int, queries: int, backend: str = "bm25s",
 
         _reuse_corpus(folder, folder / f"index_{name}")
         n_passages = json.loads((folder / "index" / "corpus" / "corpus.json").read_text())["passages"]
+        # a resumed build encodes only the missing shards: its seconds are for those
+        shard_files = {"dense": "emb-[0-9]*.npy", "splade": "splade-[0-9]*.npz"}[name]
+        out["shards_found"] = len(list((folder / f"index_{name}" / name).glob(shard_files)))
         build(_recipe(folder, backend, name, n_passages), folder / f"index_{name}", log=lambda *_: None)
         report = json.loads((folder / f"index_{name}" / "build_report.json").read_text())
         out.update(passages=n_passages, encode_and_index_seconds=report["timings_s"][name],
-                   index_mb=round(sum(v for k, v in report["bytes"].items() if k.startswith(name)) / 1e6, 1))
+                   index_mb=_retriever_mb(report, name))
     elif name in ("dense_search", "splade_search"):
         out.update(_search_encoded(folder / f"index_{name.split('_')[0]}", name.split("_")[0], queries))
     out["seconds"] = round(time.perf_counter() - t, 2)

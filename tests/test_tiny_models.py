@@ -42,6 +42,7 @@ def test_splade_pooling_is_max_log1p_relu_over_attended_tokens(tiny_mlm):
     from medr2_hooks.retrieve.sparse import SpladeEncoder
 
     encoder = SpladeEncoder(tiny_mlm, max_length=64, query_max_length=32, batch_size=2, device="cpu")
+    assert encoder._projection is not None  # BERT's head: the logits are made vocabulary chunk by chunk
     matrix = encoder.encode(TEXTS)
     assert matrix.shape == (3, encoder.vocab_size)
     tok, model = AutoTokenizer.from_pretrained(tiny_mlm), AutoModelForMaskedLM.from_pretrained(tiny_mlm).eval()
@@ -53,6 +54,27 @@ def test_splade_pooling_is_max_log1p_relu_over_attended_tokens(tiny_mlm):
         assert np.allclose(matrix[i].toarray()[0], expected, atol=1e-5)
     assert (matrix.toarray() >= 0).all()
     assert matrix.nnz < matrix.shape[0] * matrix.shape[1]  # relu zeroes make the vectors sparse
+
+
+def test_splade_head_is_left_whole_when_its_logits_are_not_the_projection(tiny_mlm):
+    """A masked LM that transforms its logits after the output projection (here a soft cap) keeps its head:
+    chunking the projection would drop the cap."""
+    from transformers import AutoTokenizer, BertForMaskedLM
+
+    from medr2_hooks.retrieve.sparse import _detach_output_projection
+
+    class Capped(BertForMaskedLM):
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            out.logits = 2.0 * torch.tanh(out.logits / 2.0)
+            return out
+
+    tok, model = AutoTokenizer.from_pretrained(tiny_mlm), Capped.from_pretrained(tiny_mlm).eval()
+    batch = tok(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        before = model(**batch).logits
+        assert _detach_output_projection(model, tok, "cpu") is None
+        assert torch.equal(model(**batch).logits, before)
 
 
 def test_splade_index_round_trip_and_dot_product_scoring(tmp_path, tiny_mlm):
@@ -126,6 +148,38 @@ def test_splade_shards_resume_and_equal_one_encoding(tmp_path, tiny_mlm, monkeyp
                         lambda self, t, query=False: calls.append(len(t)) or real(self, t, query))
     build(recipe, folder=tmp_path / "idx", log=lambda *_: None)
     assert calls == [2]
+
+
+@pytest.mark.slow
+def test_splade_build_on_a_pool_of_devices_writes_the_one_device_shards(tmp_path, tiny_mlm, monkeypatch):
+    """The multi-GPU build's code path with two CPU workers (sentence-transformers' pool, as on 2 GPUs): the
+    shards hold the same terms and weights as one process's, and the workers are stopped when the build ends."""
+    import multiprocessing
+
+    from medr2_hooks.config import from_dict
+    from medr2_hooks.corpus.recipe import Recipe
+    from medr2_hooks.retrieve import encoders
+    from medr2_hooks.retrieve.build import build
+    from medr2_hooks.retrieve.sparse import load_csr_shards
+
+    (tmp_path / "docs.jsonl").write_text("".join(
+        f'{{"doc_id": "d{i}", "text": "{t}", "source_type": "book"}}\n' for i, t in enumerate(TEXTS * 5)))
+    recipe = from_dict(Recipe, {"name": "tiny", "folder": str(tmp_path),
+                                "sources": [{"reader": "generic_jsonl", "base": "recipe", "paths": "docs.jsonl"}],
+                                "segmentation": {"tokenizer": "whitespace"}, "dense": None, "bm25": None,
+                                "splade": {"model": tiny_mlm, "max_length": 64, "shard_size": 8}}, "tiny")
+    build(recipe, folder=tmp_path / "one", log=lambda *_: None)
+    monkeypatch.setattr(encoders, "all_devices", lambda: ["cpu", "cpu"])
+    build(recipe, folder=tmp_path / "pool", log=lambda *_: None)
+    assert not multiprocessing.active_children()
+    one = load_csr_shards(tmp_path / "one" / "splade", 30522)
+    pool = load_csr_shards(tmp_path / "pool" / "splade", 30522)
+    assert one.shape == pool.shape == (15, 30522) and one.nnz > 0
+    # same terms; weights equal to float rounding (the pool batches texts sorted by length, so the padding
+    # and hence the matrix shapes of the forward passes differ)
+    assert np.array_equal(one.indptr, pool.indptr) and np.array_equal(one.indices, pool.indices)
+    assert abs(one - pool).max() < 1e-5
+    assert len(list((tmp_path / "pool" / "splade").glob("splade-*.npz"))) == 2
 
 
 def test_splade_pyserini_impact_index_scores_the_quantised_dot_product(tmp_path, tiny_mlm):

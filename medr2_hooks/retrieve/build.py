@@ -262,18 +262,21 @@ def build_sparse_splade(recipe: Recipe, store: CorpusStore, folder: Path, corpus
     next shard; the shards are the index, read together at search time), plus Lucene's impact index when asked."""
     from tqdm.auto import tqdm
 
-    from .encoders import weights_revision
+    from .encoders import all_devices, weights_revision
     from .shards import CSR, encode_shards
     from .sparse import SpladeEncoder
 
     cfg = recipe.splade
-    encoder = SpladeEncoder(cfg.model, cfg.max_length, cfg.query_max_length, cfg.batch_size)
+    encoder = SpladeEncoder(cfg.model, cfg.max_length, cfg.query_max_length, cfg.batch_size, device=all_devices())
     n = len(store.passages)
     identity = {"model": cfg.model, "revision": weights_revision(encoder.tokenizer.name_or_path),
                 "max_length": cfg.max_length, "corpus_hash": corpus_hash, "shard_size": cfg.shard_size}
-    with tqdm(total=n, desc="splade: encoding passages", unit="passage", mininterval=5) as bar:
-        shards = encode_shards(folder, n, lambda s, e: store.passage_texts(range(s, e)), encoder.encode,
-                               cfg.shard_size, identity, progress=bar, fmt=CSR, part=part)
+    try:
+        with tqdm(total=n, desc="splade: encoding passages", unit="passage", mininterval=5) as bar:
+            shards = encode_shards(folder, n, lambda s, e: store.passage_texts(range(s, e)), encoder.encode,
+                                   cfg.shard_size, identity, progress=bar, fmt=CSR, part=part)
+    finally:
+        encoder.close()
     if part is not None:
         log(f"splade: part {part[0]}/{part[1]}: {len(shards)} shards encoded or found")
         return None

@@ -113,22 +113,29 @@ class BM25Index:
 
 
 class SpladeEncoder:
-    """SPLADE document/query encoder on any masked-LM checkpoint (weights from the hub or a local folder)."""
+    """SPLADE document/query encoder on any masked-LM checkpoint (weights from the hub or a local folder).
+
+    ``device``: one device, or a list of devices that documents are encoded on together through
+    sentence-transformers' multi-process pool (``SparseEncoder``, one worker process per GPU; building passes
+    :func:`~.encoders.all_devices`). Both give the same weights: ``max_i log(1 + relu(logit_ij))`` over the
+    attended tokens. Queries are encoded in this process, on the first device."""
 
     def __init__(self, name: str, max_length: int = 512, query_max_length: int = 256, batch_size: int = 16,
-                 device: str | None = None):
+                 device: str | list[str] | None = None):
         import torch
         from transformers import AutoModelForMaskedLM, AutoTokenizer
 
         from .encoders import default_device
 
         self.name, self.max_length, self.query_max_length, self.batch_size = name, max_length, query_max_length, batch_size
-        path = resolve(name)
-        self.device = device or default_device()
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForMaskedLM.from_pretrained(path).to(self.device).eval()
+        self.path = resolve(name)
+        devices = [device or default_device()] if device is None or isinstance(device, str) else list(device)
+        self.device, self.pool_devices = devices[0], devices if len(devices) > 1 else None
+        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+        self.model = AutoModelForMaskedLM.from_pretrained(self.path).to(self.device).eval()
         self.vocab_size = int(self.model.config.vocab_size)
-        self._torch = torch
+        self._torch, self._pool = torch, None
+        self._projection = _detach_output_projection(self.model, self.tokenizer, self.device)
 
     def vocabulary(self) -> list[str]:
         """The term of each vocabulary id (what a Lucene impact index stores and a query names)."""
@@ -138,6 +145,8 @@ class SpladeEncoder:
         """CSR matrix ``[len(texts), vocab_size]`` of SPLADE weights."""
         from scipy import sparse
 
+        if self.pool_devices and not query and texts:
+            return self._encode_pool(texts)
         torch = self._torch
         max_length = self.query_max_length if query else self.max_length
         blocks = []
@@ -145,16 +154,89 @@ class SpladeEncoder:
             batch = self.tokenizer(texts[start:start + self.batch_size], padding=True, truncation=True,
                                    max_length=max_length, return_tensors="pt").to(self.device)
             with torch.no_grad():
-                logits = self.model(**batch).logits
-                # max over attended tokens of log(1 + relu(logit)) = log(1 + relu(max logit)) (monotone): one
-                # [batch, vocab] result instead of three [batch, tokens, vocab] intermediates
-                logits.masked_fill_(~batch["attention_mask"].bool().unsqueeze(-1), float("-inf"))
-                pooled = torch.log1p(torch.relu(logits.amax(dim=1))).float().cpu().numpy()
-                del logits
+                pooled = self._max_logits(batch)
+                # max over attended tokens of log(1 + relu(logit)) = log(1 + relu(max logit)) (monotone)
+                pooled = torch.log1p(torch.relu(pooled)).float().cpu().numpy()
             blocks.append(sparse.csr_matrix(pooled))
         if not blocks:
             return sparse.csr_matrix((0, self.vocab_size), dtype=np.float32)
         return sparse.vstack(blocks, format="csr").astype(np.float32)
+
+    def _max_logits(self, batch, chunk: int | None = None):
+        """``[batch, vocab]``: each term's largest logit over the attended tokens. With the output projection
+        detached, the logits are made ``chunk`` vocabulary terms at a time and pooled at once, so the
+        ``[batch, tokens, vocab]`` tensor is never whole (1 GB at 16 x 512 tokens x 30,522 terms in fp32); by
+        default a chunk holds ~1M logits on a CPU (it stays in cache: 2x faster than whole logits), ~64M on a GPU."""
+        torch = self._torch
+        padding = ~batch["attention_mask"].bool().unsqueeze(-1)
+        out = self.model(**batch).logits
+        if self._projection is None:
+            return out.masked_fill_(padding, float("-inf")).amax(dim=1)
+        weight, bias = self._projection
+        if chunk is None:
+            budget = 1 << 20 if out.device.type == "cpu" else 1 << 26
+            chunk = max(64, budget // (out.shape[0] * out.shape[1]))
+        pooled = out.new_empty((out.shape[0], weight.shape[0]))
+        for start in range(0, weight.shape[0], chunk):
+            logits = torch.nn.functional.linear(out, weight[start:start + chunk],
+                                                None if bias is None else bias[start:start + chunk])
+            pooled[:, start:start + chunk] = logits.masked_fill_(padding, float("-inf")).amax(dim=1)
+        return pooled
+
+    def _encode_pool(self, texts: list[str]):
+        """Documents on every device at once: sentence-transformers' pool of worker processes (started on the
+        first call, kept until :meth:`close`), returning sparse tensors, so no dense ``[texts, vocab]`` matrix."""
+        from scipy import sparse
+
+        if self._pool is None:
+            from sentence_transformers import SparseEncoder
+            from sentence_transformers.sparse_encoder.modules import SpladePooling
+
+            model = SparseEncoder(self.path, device="cpu")
+            pooling = next((m for m in model if isinstance(m, SpladePooling)), None)
+            if pooling is None or (pooling.pooling_strategy, pooling.activation_function) != ("max", "relu"):
+                raise ValueError(f"{self.name}: sentence-transformers loads it without SPLADE's max-log1p-relu "
+                                 f"pooling ({pooling!r}); encode it on one device")
+            model.max_seq_length = self.max_length
+            self._pool = model.start_multi_process_pool(self.pool_devices)
+            self._st = model
+        coo = self._st.encode(texts, batch_size=self.batch_size, pool=self._pool,
+                              convert_to_sparse_tensor=True).coalesce().cpu()
+        rows, cols = coo.indices().numpy()
+        matrix = sparse.csr_matrix((coo.values().float().numpy(), (rows, cols)), shape=(len(texts), self.vocab_size))
+        matrix.sort_indices()
+        return matrix
+
+    def close(self) -> None:
+        """Stop the worker processes of a multi-device encoder (a no-op on one device)."""
+        if self._pool is not None:
+            self._st.stop_multi_process_pool(self._pool)
+            self._pool = None
+
+
+def _detach_output_projection(model, tokenizer, device: str):
+    """Replace a masked LM's output projection (hidden state -> vocabulary logits, the last step of its head) by
+    the identity, so that :meth:`SpladeEncoder._max_logits` applies it chunk by chunk; returns its ``(weight,
+    bias)``. Where the model's logits are not that projection's output (checked on a probe batch), the model is
+    left whole and None is returned."""
+    import torch
+
+    projection = model.get_output_embeddings()
+    if not isinstance(projection, torch.nn.Linear):
+        return None
+    parent = next(((m, n) for m in model.modules() for n, c in m.named_children() if c is projection), None)
+    if parent is None:
+        return None
+    probe = tokenizer(["Imatinib inhibits the BCR-ABL tyrosine kinase.", "Scurvy"], padding=True,
+                      return_tensors="pt").to(device)
+    with torch.no_grad():
+        expected = model(**probe).logits
+        setattr(*parent, torch.nn.Identity())
+        hidden = model(**probe).logits
+        if hidden.shape[-1] == projection.in_features and torch.allclose(projection(hidden), expected, atol=1e-4):
+            return projection.weight, projection.bias
+        setattr(*parent, projection)
+    return None
 
 
 def save_csr(path: Path, matrix) -> None:
