@@ -84,7 +84,7 @@ def test_splade_index_round_trip_and_dot_product_scoring(tmp_path, tiny_mlm):
     docs = encoder.encode(TEXTS)
     save_csr(tmp_path / "docs.npz", docs)
     index = SpladeIndex(tmp_path / "docs.npz", encoder)
-    assert (index.docs != docs).nnz == 0
+    assert (index.terms != docs.T.tocsr()).nnz == 0
     queries = ["BCR-ABL kinase inhibitor", "scurvy"]
     scores, rows = index.search(queries, k=3)
     dense = encoder.encode(queries, query=True).toarray() @ docs.toarray().T
@@ -94,6 +94,14 @@ def test_splade_index_round_trip_and_dot_product_scoring(tmp_path, tiny_mlm):
     assert np.allclose(scores, np.where(best > 0, best, 0.0), atol=1e-4)
     # the same top-k whatever the query chunking (the products are never one dense matrix)
     assert np.array_equal(index.search(queries, k=3, chunk=1)[1], rows)
+    # more matches than k, with exact ties (each text 4 times): the k-th score's ties go to the lower rows
+    repeated = encoder.encode(TEXTS * 4)
+    save_csr(tmp_path / "repeated.npz", repeated)
+    scores, rows = SpladeIndex(tmp_path / "repeated.npz", encoder).search(queries, k=5)
+    dense = encoder.encode(queries, query=True).toarray() @ repeated.toarray().T
+    expected = np.argsort(-dense, axis=1, kind="stable")[:, :5]
+    assert (dense > 0).sum(axis=1).min() > 5 and np.array_equal(rows, expected)
+    assert np.allclose(scores, np.take_along_axis(dense, expected, axis=1), atol=1e-4)
 
 
 def test_splade_retriever_in_a_built_index(tmp_path, tiny_mlm):
