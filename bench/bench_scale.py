@@ -53,21 +53,34 @@ def _recipe(folder: Path, backend: str, retriever: str = "bm25", n_passages: int
                                             passage_overlap=32), **{"dense": None, "bm25": None, **retrievers})
 
 
+TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128,
+        "max_position_embeddings": 128}
+BERT_BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
+             "max_position_embeddings": 512}  # BGE-base, MedCPT, SPLADE-v3
+BERT_LARGE = {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096,
+              "max_position_embeddings": 512}  # BGE-large (medcorp's dense encoder)
+
+
 def _tiny_models(root: Path) -> tuple[str, str]:
     """A tiny BERT encoder and masked LM (random weights, seed 0; MiniLM's tokenizer), written once under ``root``."""
-    encoder, mlm = root / "tiny_encoder", root / "tiny_mlm"
+    return _random_models(root / "tiny_encoder", TINY, root / "tiny_mlm", TINY)
+
+
+def _random_models(encoder: Path, encoder_shape: dict, mlm: Path, mlm_shape: dict,
+                   tokenizer: str | None = None) -> tuple[str, str]:
+    """A BERT encoder and a SPLADE-like masked LM of the given shapes with random weights (seed 0) and the
+    tokenizer at ``tokenizer`` (default MiniLM's: BERT's uncased vocabulary), each written once: the cost of
+    encoding does not depend on the weights, so these stand in for a checkpoint of that size."""
     if not (mlm / "config.json").exists():
         import torch
         from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
 
         from medr2_hooks.llm.embedded import resolve
 
-        tokenizer = AutoTokenizer.from_pretrained(resolve("embedded:minilm"))
-        config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                            intermediate_size=128, max_position_embeddings=128)
-        for folder, cls in ((encoder, BertModel), (mlm, BertForMaskedLM)):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer or resolve("embedded:minilm"))
+        for folder, cls, shape in ((encoder, BertModel, encoder_shape), (mlm, BertForMaskedLM, mlm_shape)):
             torch.manual_seed(0)
-            model = cls(config).eval()
+            model = cls(BertConfig(vocab_size=tokenizer.vocab_size, **shape)).eval()
             if cls is BertForMaskedLM:
                 _sparsify(model, tokenizer)
             model.save_pretrained(folder)
@@ -165,13 +178,16 @@ def stage(name: str, folder: Path, n: int, queries: int, backend: str = "bm25s",
         out.update(_search(index, queries, backend))
     elif name in ("dense", "splade"):
         from medr2_hooks.retrieve.build import build
+        from medr2_hooks.retrieve.shards import CSR, NPY, shard_paths
 
         _reuse_corpus(folder, folder / f"index_{name}")
         n_passages = json.loads((folder / "index" / "corpus" / "corpus.json").read_text())["passages"]
+        recipe = _recipe(folder, backend, name, n_passages)
         # a resumed build encodes only the missing shards: its seconds are for those
-        shard_files = {"dense": "emb-[0-9]*.npy", "splade": "splade-[0-9]*.npz"}[name]
-        out["shards_found"] = len(list((folder / f"index_{name}" / name).glob(shard_files)))
-        build(_recipe(folder, backend, name, n_passages), folder / f"index_{name}", log=lambda *_: None)
+        shards = shard_paths(folder / f"index_{name}" / name, n_passages, getattr(recipe, name).shard_size,
+                             {"dense": NPY, "splade": CSR}[name])
+        out["shards_found"] = sum(path.exists() for path, _, _ in shards)
+        build(recipe, folder / f"index_{name}", log=lambda *_: None)
         report = json.loads((folder / f"index_{name}" / "build_report.json").read_text())
         out.update(passages=n_passages, encode_and_index_seconds=report["timings_s"][name],
                    index_mb=_retriever_mb(report, name))
