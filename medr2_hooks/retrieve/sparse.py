@@ -134,7 +134,7 @@ class SpladeEncoder:
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         self.model = AutoModelForMaskedLM.from_pretrained(self.path).to(self.device).eval()
         self.vocab_size = int(self.model.config.vocab_size)
-        self._torch, self._pool = torch, None
+        self._torch, self._pool, self._st = torch, None, None  # _st: the SparseEncoder a pool runs
         self._projection = _detach_output_projection(self.model, self.tokenizer, self.device)
 
     def vocabulary(self) -> list[str]:
@@ -142,25 +142,42 @@ class SpladeEncoder:
         return self.tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
 
     def encode(self, texts: list[str], query: bool = False):
-        """CSR matrix ``[len(texts), vocab_size]`` of SPLADE weights."""
-        from scipy import sparse
+        """CSR matrix ``[len(texts), vocab_size]`` of SPLADE weights.
+
+        On one device, the next batch is tokenised in a thread while the device runs this one, and the pooled
+        weights stay on the device (no wait for each batch) until ~64M of them (a GPU; ~1M on a CPU) are turned
+        into CSR there and copied back: a process that waited for each batch and tokenised in between left an
+        H200 idle 40% of the time (190 against 323 passages/s for the model alone)."""
+        from concurrent.futures import ThreadPoolExecutor
 
         if self.pool_devices and not query and texts:
             return self._encode_pool(texts)
         torch = self._torch
         max_length = self.query_max_length if query else self.max_length
-        blocks = []
-        for start in range(0, len(texts), self.batch_size):
-            batch = self.tokenizer(texts[start:start + self.batch_size], padding=True, truncation=True,
-                                   max_length=max_length, return_tensors="pt").to(self.device)
-            with torch.no_grad():
-                pooled = self._max_logits(batch)
+        size = self.batch_size
+        budget = (1 << 20) if torch.device(self.device).type == "cpu" else (1 << 26)
+        flush_rows = max(size, budget // self.vocab_size)
+
+        def tokenize(start: int):
+            return self.tokenizer(texts[start:start + size], padding=True, truncation=True, max_length=max_length,
+                                  return_tensors="pt")
+
+        blocks, pending, rows = [], [], 0
+        with ThreadPoolExecutor(max_workers=1) as tokenizer_thread, torch.no_grad():
+            following = tokenizer_thread.submit(tokenize, 0) if texts else None
+            for start in range(0, len(texts), size):
+                batch = following.result().to(self.device)
+                if start + size < len(texts):
+                    following = tokenizer_thread.submit(tokenize, start + size)
                 # max over attended tokens of log(1 + relu(logit)) = log(1 + relu(max logit)) (monotone)
-                pooled = torch.log1p(torch.relu(pooled)).float().cpu().numpy()
-            blocks.append(sparse.csr_matrix(pooled))
+                pending.append(torch.log1p(torch.relu(self._max_logits(batch))).float())
+                rows += pending[-1].shape[0]
+                if rows >= flush_rows or start + size >= len(texts):
+                    blocks.append(_to_csr(torch.cat(pending)))
+                    pending, rows = [], 0
         if not blocks:
-            return sparse.csr_matrix((0, self.vocab_size), dtype=np.float32)
-        return sparse.vstack(blocks, format="csr").astype(np.float32)
+            return _empty_csr(self.vocab_size)
+        return blocks[0] if len(blocks) == 1 else _vstack(blocks)
 
     def _max_logits(self, batch, chunk: int | None = None):
         """``[batch, vocab]``: each term's largest logit over the attended tokens. With the output projection
@@ -214,6 +231,30 @@ class SpladeEncoder:
             self._pool = None
 
 
+def _to_csr(weights):
+    """A ``[rows, vocab]`` tensor (on any device) as a float32 scipy CSR matrix; only its nonzero entries travel."""
+    from scipy import sparse
+
+    rows, cols = weights.nonzero(as_tuple=True)
+    values = weights[rows, cols]
+    matrix = sparse.csr_matrix((values.cpu().numpy(), (rows.cpu().numpy(), cols.cpu().numpy())),
+                               shape=tuple(weights.shape), dtype=np.float32)
+    matrix.sort_indices()
+    return matrix
+
+
+def _empty_csr(vocab_size: int):
+    from scipy import sparse
+
+    return sparse.csr_matrix((0, vocab_size), dtype=np.float32)
+
+
+def _vstack(blocks):
+    from scipy import sparse
+
+    return sparse.vstack(blocks, format="csr").astype(np.float32)
+
+
 def _detach_output_projection(model, tokenizer, device: str):
     """Replace a masked LM's output projection (hidden state -> vocabulary logits, the last step of its head) by
     the identity, so that :meth:`SpladeEncoder._max_logits` applies it chunk by chunk; returns its ``(weight,
@@ -253,8 +294,8 @@ def load_csr_shards(folder: Path, vocab_size: int):
 
     shards = sorted(folder.glob("splade-[0-9]*.npz"))
     if not shards:
-        return sparse.csr_matrix((0, vocab_size), dtype=np.float32)
-    return sparse.vstack([sparse.load_npz(p) for p in shards], format="csr").astype(np.float32)
+        return _empty_csr(vocab_size)
+    return _vstack([sparse.load_npz(p) for p in shards])
 
 
 class SpladeIndex:
