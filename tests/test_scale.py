@@ -167,6 +167,10 @@ def test_build_resources_are_checked_before_any_work(capsys):
     for part in (["--corpus-only"], ["--shard", "0/2"]):  # no JVM starts there: the flags would do nothing
         assert main(["index", "build", "textbooks_demo", *part, "--threads", "2"]) == 2
         assert "not with --corpus-only or --shard" in capsys.readouterr().err
+    assert main(["index", "build", "textbooks_demo", "--workers-per-gpu", "0"]) == 2
+    assert "workers_per_gpu must be >= 1" in capsys.readouterr().err
+    assert main(["index", "build", "textbooks_demo", "--corpus-only", "--workers-per-gpu", "2"]) == 2
+    assert "--corpus-only does not run" in capsys.readouterr().err
 
 
 def test_the_corpus_store_keeps_a_bounded_number_of_documents(tmp_path, words, monkeypatch):

@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--heap-mb", type=int, help="the JVM's heap bound in MB for Lucene builds, half of "
                        "it Lucene's indexing buffer (default: 1024; peak RSS stays near it at any corpus size; not with "
                        "--corpus-only or --shard)")
+    build.add_argument("--workers-per-gpu", type=int, help="encoding processes on each local GPU (default: 1; on "
+                       "an H200, 2 encoded dense passages 1.8x faster; SPLADE uses them on several GPUs, one GPU runs "
+                       "it in one process; not with --corpus-only)")
     info = sub.add_parser("info", help="print an index's manifest summary")
     info.add_argument("name", help="index name or folder")
     info.add_argument("--json", action="store_true", help="print the whole manifest")
@@ -47,13 +50,17 @@ def run(args: argparse.Namespace) -> int:
         from ..retrieve.build import Resources, build, build_corpus, build_part, index_dir
 
         try:
-            resources = Resources(threads=args.threads, **({} if args.heap_mb is None else {"heap_mb": args.heap_mb}))
+            given = {"heap_mb": args.heap_mb, "workers_per_gpu": args.workers_per_gpu}
+            resources = Resources(threads=args.threads, **{k: v for k, v in given.items() if v is not None})
         except ValueError as exc:
             raise Medr2Error(f"medr2 index build: {exc}") from None
         if (args.corpus_only or args.shard) and (args.threads is not None or args.heap_mb is not None):
             # the corpus stage and the dense/SPLADE shards start no JVM: the flags would change nothing
             raise Medr2Error("medr2 index build: --threads and --heap-mb size the Lucene builds, which run in the "
                              "final `medr2 index build RECIPE` (not with --corpus-only or --shard)")
+        if args.corpus_only and args.workers_per_gpu is not None:
+            raise Medr2Error("medr2 index build: --workers-per-gpu sizes the dense and SPLADE encoding, which "
+                             "--corpus-only does not run")
         recipe = load_recipe(args.recipe)
         if args.lenient:
             recipe = dataclasses.replace(recipe, strict=False)
@@ -63,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             index, sep, count = args.shard.partition("/")
             if not (sep and index.isdigit() and count.isdigit()):
                 raise Medr2Error(f"--shard {args.shard!r}: expected I/N, e.g. 0/8")
-            build_part(recipe, (int(index), int(count)))
+            build_part(recipe, (int(index), int(count)), resources=resources)
         else:
             build(recipe, resources=resources)
         return 0

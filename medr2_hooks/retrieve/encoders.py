@@ -46,11 +46,14 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def all_devices() -> str | list[str]:
-    """Every local GPU (FlagEmbedding then encodes with one worker process per GPU), else the CPU."""
+def all_devices(workers_per_gpu: int = 1) -> str | list[str]:
+    """Every local GPU, each named ``workers_per_gpu`` times (FlagEmbedding and sentence-transformers then encode
+    with one worker process per name), else the CPU (one process: it already uses every core)."""
     import torch
 
-    return [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else "cpu"
+    if not torch.cuda.is_available():
+        return "cpu"
+    return [f"cuda:{i}" for i in range(torch.cuda.device_count()) for _ in range(workers_per_gpu)]
 
 
 class DenseEncoder:
