@@ -155,8 +155,7 @@ class SpladeEncoder:
         torch = self._torch
         max_length = self.query_max_length if query else self.max_length
         size = self.batch_size
-        budget = (1 << 20) if torch.device(self.device).type == "cpu" else (1 << 26)
-        flush_rows = max(size, budget // self.vocab_size)
+        flush_rows = max(size, _float_budget(torch.device(self.device)) // self.vocab_size)
 
         def tokenize(start: int):
             return self.tokenizer(texts[start:start + size], padding=True, truncation=True, max_length=max_length,
@@ -191,8 +190,7 @@ class SpladeEncoder:
             return out.masked_fill_(padding, float("-inf")).amax(dim=1)
         weight, bias = self._projection
         if chunk is None:
-            budget = 1 << 20 if out.device.type == "cpu" else 1 << 26
-            chunk = max(64, budget // (out.shape[0] * out.shape[1]))
+            chunk = max(64, _float_budget(out.device) // (out.shape[0] * out.shape[1]))
         pooled = out.new_empty((out.shape[0], weight.shape[0]))
         for start in range(0, weight.shape[0], chunk):
             logits = torch.nn.functional.linear(out, weight[start:start + chunk],
@@ -229,6 +227,11 @@ class SpladeEncoder:
         if self._pool is not None:
             self._st.stop_multi_process_pool(self._pool)
             self._pool = None
+
+
+def _float_budget(device) -> int:
+    """How many floats one step of the SPLADE head holds at once: ~1M on a CPU (they stay in cache), ~64M on a GPU."""
+    return 1 << 20 if device.type == "cpu" else 1 << 26
 
 
 def _to_csr(weights):
