@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo test test-fast bench clean-results
+.PHONY: install demo test test-fast tasks bench clean-results
 
 install: $(VENV)/.installed
 
@@ -46,6 +46,11 @@ test: install
 
 test-fast: install
 	$(VENV)/bin/pytest -m "not slow"
+
+# The lm-eval task YAMLs under tasks/ are generated from the method registry (medr2_hooks/methods.py) and the
+# benchmark registry; tests/test_registry.py checks that the committed files are the generated ones.
+tasks: install
+	$(PY) -m medr2_hooks.lmeval.taskgen
 
 # Retrieval speed and memory against raw FAISS / bm25s / FlagModel (prints ratios); not part of the tests.
 bench: install

@@ -53,12 +53,26 @@ def _type_name(hint) -> str:
     return re.sub(r"\b(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)", r"\1", str(hint))
 
 
+def short_repr(value: Any, limit: int = 200) -> str:
+    """``repr(value)`` cut to ``limit`` characters: an error never prints an unbounded value (a YAML alias bomb
+    expands to gigabytes when printed whole). Containers are summarised before any repr is built."""
+    if limit < 8:
+        return "…"
+    if isinstance(value, (dict, list, tuple, set)):
+        head = list(value.items())[:3] if isinstance(value, dict) else list(value)[:3]
+        inner = ", ".join(short_repr(x, limit // 4) for x in head)
+        value_text = f"{type(value).__name__} of {len(value)} ({inner}{', …' if len(value) > 3 else ''})"
+    else:
+        value_text = repr(value)
+    return value_text if len(value_text) <= limit else value_text[: limit - 1] + "…"
+
+
 def checked(value: Any, hint: Any, where: str) -> Any:
     """``value`` if it has the declared type ``hint`` (ints are accepted, and converted, where a float is
     declared; a bool is never an int), else a :class:`ConfigError` naming the field, the type and the value."""
     ok, out = _conform(value, hint)
     if not ok:
-        raise ConfigError(f"{where}: expected {_type_name(hint)}, found {type(value).__name__} {value!r}")
+        raise ConfigError(f"{where}: expected {_type_name(hint)}, found {type(value).__name__} {short_repr(value)}")
     return out
 
 
@@ -115,17 +129,28 @@ def _dataclass_in(hint) -> type | None:
     return None
 
 
-def load_yaml(path: str | Path) -> dict:
+def load_yaml(path: str | Path, aliases: bool = True) -> dict:
+    """A YAML mapping from ``path`` (safe loading). ``aliases=False`` refuses anchors and aliases (``*name``): a
+    user's declaration has no use for them, and nested aliases expand exponentially."""
     import yaml
+
+    class Loader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if not aliases and self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"{path}:{mark.line + 1}: YAML aliases (*name) are not allowed in this file")
+            return super().compose_node(parent, index)
 
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     with open(path, encoding="utf-8") as fh:
         try:
-            data = yaml.safe_load(fh)
+            data = yaml.load(fh, Loader=Loader)  # noqa: S506 -- a SafeLoader subclass
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return data

@@ -4,6 +4,11 @@ stay correct when several processes write the same file (sharded pre-passes, par
 A user-given name (index recipe ``name``, ``--run_name``, a method's ``method``) becomes a path component
 only through :func:`safe_component`: one component of letters, digits and ``._+=@-``, never ``..``, never a
 separator, so nothing is written outside ``$MEDR2_CACHE_DIR`` or ``$MEDR2_RESULTS_DIR``.
+
+Permissions: every file the harness writes gets the mode a plain ``open()`` gives it, ``0666`` less the process's
+umask (SQLite does the same for the stage cache and its segments), so a cache or results folder shared by a group
+is readable by the group exactly when the umask says so (``umask 002`` for a group-writable cache). No file holds a
+secret (:mod:`medr2_hooks.redact`), so none needs a stricter mode.
 """
 
 from __future__ import annotations
@@ -16,6 +21,13 @@ from pathlib import Path
 from .errors import Medr2Error
 
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=@-]{0,199}")
+
+
+def _file_mode() -> int:
+    """``0666`` less the umask: what ``open(path, "w")`` would create (mkstemp's own 0600 is not)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 class UnsafeNameError(Medr2Error, ValueError):
@@ -38,6 +50,7 @@ def _atomic_replace(path: Path, write) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, _file_mode())
         with os.fdopen(fd, "wb") as fh:
             write(fh)
         os.replace(tmp, path)

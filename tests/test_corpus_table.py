@@ -95,9 +95,21 @@ def test_a_bad_level_is_a_row_error_naming_file_line_and_column(tmp_path):
     from medr2_hooks.corpus.sources import table
     from medr2_hooks.errors import RowError
 
+    fields = {"doc_id": "gid", "text": "body", "source_type": "kind", "evidence_level": "grade"}
     path, _ = _guidelines(tmp_path, 5)
-    text = path.read_text().replace(",paper,2", ",paper,12", 1)
-    path.write_text(text)
-    with pytest.raises(RowError, match=r"my_guidelines.csv:2: field 'grade' invalid field: evidence level 12"):
-        list(table("my_guidelines.csv", tmp_path, SkipReport(), {"doc_id": "gid", "text": "body",
-                                                                  "source_type": "kind", "evidence_level": "grade"}))
+    original = path.read_text()
+    # 3.9 used to become level 3 and true level 1 (the most credible): only whole numbers 1-9 are levels
+    for bad in ("12", "3.9", "3.0", "true", "high", "0"):
+        path.write_text(original.replace(",paper,2", f",paper,{bad}", 1))
+        with pytest.raises(RowError, match=rf"my_guidelines.csv:2: field 'grade' invalid field: evidence level "
+                                           rf"'{bad}' is not a whole number 1-9"):
+            list(table("my_guidelines.csv", tmp_path, SkipReport(), fields))
+    path.write_text(original.replace(",paper,2", ",paper, 7 ", 1))
+    assert [d.evidence_level for d in table("my_guidelines.csv", tmp_path, SkipReport(), fields)][:2] == [7, 2]
+
+    from medr2_hooks.corpus.sources import evidence_level_of
+
+    assert [evidence_level_of(v) for v in (1, 9, "4", None, "")] == [1, 9, 4, None, None]
+    for bad in (3.9, True, 10, 2.0):
+        with pytest.raises(ValueError, match="is not a whole number 1-9"):
+            evidence_level_of(bad)

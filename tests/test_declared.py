@@ -72,8 +72,11 @@ def test_one_yaml_and_one_command_give_every_methods_task(config_dir, capsys):
     decl, _ = _write(config_dir, _rows())
     assert main(["benchmark", "add", str(decl), "--json"]) == 0
     added = json.loads(capsys.readouterr().out)
-    methods = ["direct", "vanilla_rag", "llm_amt", "medr2", "medr2_cot"]
-    assert added["items"] == 30 and added["skipped"] == 0 and added["tasks"] == [f"my_usmle_{m}" for m in methods]
+    from medr2_hooks.methods import task_methods
+
+    methods = task_methods()
+    assert added["items"] == 30 and added["skipped"] == 0
+    assert added["tasks"] == [f"my_usmle_{m}{s}" for m in methods for s in ("", "_gen")]
     assert "my_usmle" in data.names()
     pools = data.pools("my_usmle")
     assert (len(pools.eval), len(pools.demos)) == (25, 5) and pools.eval[0].options.keys() == set("ABCDE")
@@ -98,7 +101,7 @@ def test_one_yaml_and_one_command_give_every_methods_task(config_dir, capsys):
     assert main(["tasks", "path"]) == 0
     folder = capsys.readouterr().out.strip()
     plain = TaskManager(include_path=folder, include_defaults=False)
-    assert {"my_usmle_medr2", "medqa_usmle_medr2", "medr2_qa"} <= set(plain.all_tasks)
+    assert {"my_usmle_medr2", "my_usmle_ablation_qr_gen", "medqa_usmle_medr2", "medr2_qa_direct"} <= set(plain.all_tasks)
     plain_task = plain.load(["my_usmle_direct"])["tasks"]["my_usmle_direct"]
     assert plain_task.fewshot_context(list(plain_task.test_docs())[0], 0) == prompt
 
@@ -118,10 +121,10 @@ def test_an_edited_question_changes_the_prepass_key(config_dir):
     rows = _rows()
     decl, _ = _write(config_dir, rows)
     assert main(["benchmark", "add", str(decl)]) == 0
-    before = prepass_spec("my_usmle", method={"method": "medr2"})
+    before = prepass_spec("my_usmle", method="medr2")
     rows[20][1] = rows[20][1] + " (edited)"
     _write(config_dir, rows)
-    after = prepass_spec("my_usmle", method={"method": "medr2"})
+    after = prepass_spec("my_usmle", method="medr2")
     assert [r.id for r in before.eval_records] == [r.id for r in after.eval_records]
     assert before.key != after.key
 
@@ -220,16 +223,27 @@ def test_eval_runs_direct_vanilla_rag_and_medr2_on_a_declared_csv(config_dir):
 
 
 @pytest.mark.parametrize("benchmark", ["medqa_usmle", "medmcqa", "pubmedqa"])
-def test_declared_tasks_use_the_shipped_tasks_variants(benchmark):
-    """usertasks.METHODS repeats each method's variant for declared benchmarks: it must stay the shipped tasks' own."""
-    from lm_eval.tasks._yaml_loader import load_yaml
-
+def test_declared_tasks_are_the_shipped_tasks_of_another_benchmark(benchmark, config_dir, capsys):
+    """A declared benchmark's tasks come from the same registry as a shipped benchmark's: the same files, with
+    the benchmark's name and the templates' folder the only differences; and they follow the registry when it
+    changes (a task file that no longer matches is rewritten, never left stale)."""
     from medr2_hooks import settings
-    from medr2_hooks.lmeval.usertasks import METHODS
+    from medr2_hooks.lmeval.registry import task_manager
+    from medr2_hooks.lmeval.usertasks import user_tasks_dir
 
-    for method, (template, variant) in METHODS.items():
-        folder = "direct" if method == "direct" else "medr2"
-        shipped = load_yaml(settings.tasks_dir() / folder / f"{benchmark}_{method}.yaml", resolve_func=False,
-                            recursive=False)
-        assert shipped["include"] == template.split("/")[1]
-        assert (shipped.get("dataset_kwargs") or {}).get("variant") == variant, (benchmark, method)
+    decl, _ = _write(config_dir, _rows())
+    assert main(["benchmark", "add", str(decl), "--json"]) == 0
+    capsys.readouterr()
+    shipped = sorted((settings.tasks_dir() / benchmark).glob("*.yaml"))
+    for path in shipped:
+        mine = user_tasks_dir() / "my_usmle" / path.name.replace(benchmark, "my_usmle")
+        text = mine.read_text().split("\n", 1)[1]  # after the "made by" line
+        assert text == path.read_text().replace(benchmark, "my_usmle").replace(
+            "../templates/", f"{settings.tasks_dir() / 'templates'}/"), path.name
+    assert len(list((user_tasks_dir() / "my_usmle").glob("*.yaml"))) == len(shipped)
+    stale = user_tasks_dir() / "my_usmle" / "my_usmle_medr2.yaml"
+    stale.write_text(stale.read_text().replace("method: medr2", "method: medr2_cot"))
+    gone = user_tasks_dir() / "my_usmle" / "my_usmle_gone.yaml"  # a task an older registry made
+    gone.write_text(stale.read_text().split("\n", 1)[0] + "\ntask: my_usmle_gone\n")
+    assert "my_usmle_medr2" in task_manager().all_tasks and "my_usmle_gone" not in task_manager().all_tasks
+    assert "method: medr2\n" in stale.read_text()

@@ -87,10 +87,10 @@ def test_medr2_eval_writes_results_samples_and_offline_wandb(results_dir, gemma_
 def test_generative_variant_reports_invalid_rate(results_dir, gemma_path):
     from medr2_hooks.lmeval.runner import EvalConfig, run_eval
 
-    results = run_eval(EvalConfig(tasks=["medqa_usmle_direct_cot"], limit=2, gen_kwargs="max_gen_toks=24",
+    results = run_eval(EvalConfig(tasks=["medqa_usmle_direct_gen"], limit=2, gen_kwargs="max_gen_toks=24",
                                   wandb=False, run_name="cot"))
-    metrics = results["results"]["medqa_usmle_direct_cot"]
+    metrics = results["results"]["medqa_usmle_direct_gen"]
     assert metrics["invalid,none"] in (0.0, 0.5, 1.0)
     assert metrics["acc,none"] <= 1.0 - metrics["invalid,none"]
-    for row in results["samples"]["medqa_usmle_direct_cot"]:
+    for row in results["samples"]["medqa_usmle_direct_gen"]:
         assert row["arguments"]["gen_args_0"]["arg_0"].endswith("Let's think step by step, then finish with \"the answer is (X)\".")

@@ -37,9 +37,9 @@ def test_unknown_names_fail_before_any_run_listing_valid_values(tmp_path):
 def test_ablations_switch_stages_and_windows_of_a_model_run_together():
     runs = expand(load_experiment("table10_embedded"))
     by_method = {r.method: r for r in runs}
-    qc = by_method["ablation_qc"].metadata["method_override"]
-    assert (qc["reformulate"], qc["rerank"], qc["cot"], qc["method"]) == (True, False, True, "ablation_qc")
-    assert by_method["ablation_qrc"].task == "medqa_usmle_medr2" and by_method["direct"].metadata == {}
+    assert by_method["ablation_qc"].task == "medqa_usmle_ablation_qc"  # the registry's task: q and c on, r off
+    assert by_method["ablation_qc"].resolved["stages"] == ["classify", "reformulate", "retrieve", "cot", "loop", "apply"]
+    assert by_method["ablation_qrc"].task == "medqa_usmle_ablation_qrc" and by_method["direct"].metadata == {}
     assert by_method["vanilla_rag"].task == "medqa_usmle_vanilla_rag"
     t9 = [r for r in expand(load_experiment("table9")) if r.model == "qwen2.5-14b" and r.benchmark == "pubmedqa"]
     assert [(r.method, r.window) for r in t9] == [(m, w) for m in ("direct", "medr2")
@@ -61,7 +61,7 @@ def test_half_finished_sweep_resumes_and_records_failures(tmp_path, monkeypatch)
             raise RuntimeError("out of memory")
         out = sweep.run_dir(run)
         out.mkdir(parents=True)
-        (out / "run.json").write_text("{}")
+        (out / "run.json").write_text(json.dumps({"results": {run.task: {"acc,none": 0.5}}}))
 
     first = sweep.sweep("t", runs[:2], execute_run=execute, log=lambda *_: None)  # killed after two runs
     assert [e["status"] for e in first["runs"].values()] == ["done", "done"]
@@ -72,6 +72,49 @@ def test_half_finished_sweep_resumes_and_records_failures(tmp_path, monkeypatch)
     assert json.loads((tmp_path / "t" / "sweep.json").read_text()) == second
     third = sweep.sweep("t", runs, execute_run=execute, log=lambda *_: None)
     assert [e["status"] for e in third["runs"].values()] == ["skipped", "skipped", "done", "skipped"]
+
+
+def test_one_run_of_a_sweep_keeps_every_other_runs_state(tmp_path, monkeypatch):
+    """Issue 31.8: `medr2 sweep CONFIG --run NAME` (how `wandb agent` runs it) rewrote sweep.json with its one run;
+    now each run updates only its entry, under a lock, also when agents write at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from medr2_hooks.experiments import sweep
+
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path))
+    runs = expand(load_experiment("table10_embedded"))
+
+    def execute(run, wandb):
+        sweep.run_dir(run).mkdir(parents=True)
+        (sweep.run_dir(run) / "run.json").write_text(json.dumps({"results": {}}))
+
+    sweep.sweep("t", runs[:3], execute_run=execute, log=lambda *_: None)
+    sweep.sweep("t", [runs[5]], execute_run=execute, log=lambda *_: None)  # `--run <runs[5]>`
+    with ThreadPoolExecutor(4) as pool:  # four agents at once
+        list(pool.map(lambda r: sweep.sweep("t", [r], execute_run=execute, log=lambda *_: None), runs[6:]))
+    state = json.loads((tmp_path / "t" / "sweep.json").read_text())
+    assert set(state["runs"]) == {r.name for r in runs[:3] + runs[5:]}
+
+
+def test_a_damaged_run_summary_is_named_and_counts_as_missing(tmp_path, monkeypatch, caplog):
+    """Issue 31.9: a corrupt results/<exp>/runs/<run>.json crashed `medr2 report` with a traceback naming no file,
+    while `medr2 sweep` counted the run as done and skipped it."""
+    import logging
+
+    from medr2_hooks.experiments import sweep
+    from medr2_hooks.experiments.report import render
+
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path))
+    exp = load_experiment("table10_embedded")
+    run = expand(exp)[0]
+    path = sweep.summary_path(run)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"summary": {"score": 40.0, "items": {"a"')  # cut short
+    with caplog.at_level(logging.WARNING):
+        assert sweep.has_results(run) is None
+        out = render(exp, force=True)
+    assert str(path) in caplog.text and "treated as missing" in caplog.text
+    assert "| gemma-270m | 4096 | direct | — | — |" in (out / "report.md").read_text()
 
 
 def test_wandb_sweep_spec_lists_the_same_runs():

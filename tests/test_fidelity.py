@@ -166,10 +166,10 @@ def test_coarse_rerank_judges_the_current_query_unless_set_to_the_question():
 
 # -- fair ablations ---------------------------------------------------------------------------------------------------
 def test_classification_runs_whenever_the_reranker_or_reformulator_needs_it():
-    from medr2_hooks.experiments.expand import _ablation_settings
+    from medr2_hooks.methods import method
     from medr2_hooks.pipeline.config import MethodConfig
 
-    needs = {m: MethodConfig.from_dict(_ablation_settings(m)).classify
+    needs = {m: MethodConfig.from_dict(method(m).variant()).classify
              for m in ("ablation_q", "ablation_r", "ablation_c", "ablation_rc", "ablation_qrc")}
     assert needs == {"ablation_q": True, "ablation_r": True, "ablation_c": False, "ablation_rc": True,
                      "ablation_qrc": True}
@@ -184,11 +184,12 @@ def test_table10_rows_search_the_same_retrievers(name):
 
     retrieval = [r for r in expand(load_experiment(name)) if r.method != "direct"]
     assert {r.metadata["method_override"].get("retrievers") for r in retrieval} == {None}
+    assert {r.resolved["retrievers"] for r in retrieval} == {None}  # every index retriever, after the registry's
     # the Table 2 vanilla RAG task itself stays the paper's dense-only baseline
     from medr2_hooks.lmeval.prepass import prepass_spec
 
-    spec = prepass_spec(benchmark="medqa_usmle", method={"method": "vanilla_rag"},
-                        variant={"retrievers": ["dense"], "reformulate": False, "rerank": False, "cot": False},
+    assert prepass_spec(benchmark="medqa_usmle", method="vanilla_rag", limit=1).cfg.retrievers == ["dense"]
+    spec = prepass_spec(benchmark="medqa_usmle", method="vanilla_rag",
                         method_override=retrieval[0].metadata["method_override"], limit=1)
     assert spec.cfg.retrievers is None
 

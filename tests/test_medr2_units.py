@@ -151,39 +151,35 @@ def test_stage_cache_recomputes_corrupt_and_foreign_entries(tmp_path):
     assert cache.cached("double", [1], {"m": "b"}, compute) == [2] and calls[-1] == [1]  # another config
 
 
-def _task_method(path):
-    """The MethodConfig a task YAML resolves to (template method + the task's variant)."""
-    import yaml
+def _task_method(task: str) -> dict:
+    """The MethodConfig a task resolves to: its YAML names a registry method, whose settings go over the defaults."""
+    from lm_eval.tasks._yaml_loader import load_yaml
 
-    from medr2_hooks import settings
-    from medr2_hooks.lmeval.prepass import merge as _merge
+    from medr2_hooks import methods
+    from medr2_hooks.lmeval.registry import task_manager
     from medr2_hooks.pipeline.config import MethodConfig
 
-    class Loader(yaml.SafeLoader):
-        pass
-
-    Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
-    task = yaml.load((settings.tasks_dir() / path).read_text(), Loader=Loader)
-    template = yaml.load(((settings.tasks_dir() / path).parent / task["include"]).read_text(), Loader=Loader)
-    merged = _merge(template["metadata"]["method"], task["dataset_kwargs"].get("variant") or {})
-    return MethodConfig.from_dict(merged).to_json()
+    cfg = load_yaml(task_manager().task_index[task].yaml_path, resolve_func=False, recursive=False)
+    return MethodConfig.from_dict(methods.method(cfg["dataset_kwargs"]["method"]).variant()).to_json()
 
 
 def test_medr2_cot_tasks_differ_from_medr2_only_in_the_iteration_1_query():
     for bench in ("medqa_usmle", "medqa_mcmle", "medmcqa", "pubmedqa"):
-        medr2, cot = _task_method(f"medr2/{bench}_medr2.yaml"), _task_method(f"medr2/{bench}_medr2_cot.yaml")
+        medr2, cot = _task_method(f"{bench}_medr2"), _task_method(f"{bench}_medr2_cot_gen")
         assert {k for k in medr2 if medr2[k] != cot[k]} == {"method", "cot_in_first_query"}
         assert cot["cot_in_first_query"] is True
-    mmlu = _task_method("medr2/mmlu_med/mmlu_med_medr2_anatomy.yaml")
-    mmlu_cot = _task_method("medr2/mmlu_med/mmlu_med_medr2_cot_anatomy.yaml")
+    mmlu = _task_method("mmlu_med_medr2_anatomy")
+    mmlu_cot = _task_method("mmlu_med_medr2_cot_anatomy")
     assert {k for k in mmlu if mmlu[k] != mmlu_cot[k]} == {"method", "cot_in_first_query"}
 
 
 def test_llm_amt_and_vanilla_rag_tasks_select_their_stage_compositions():
-    amt = _task_method("medr2/medqa_usmle_llm_amt.yaml")
+    amt = _task_method("medqa_usmle_llm_amt")
     assert amt["pipeline"] == "llm_amt" and amt["method"] == "llm_amt"
-    rag = _task_method("medr2/medqa_usmle_vanilla_rag.yaml")
+    rag = _task_method("medqa_usmle_vanilla_rag_gen")
     assert (rag["retrievers"], rag["classify"], rag["reformulate"], rag["rerank"], rag["cot"]) == (["dense"], False, False, False, False)
+    qr = _task_method("nejmqa_ablation_qr")
+    assert (qr["method"], qr["reformulate"], qr["rerank"], qr["cot"]) == ("ablation_qr", True, True, False)
 
 
 def test_every_task_yaml_has_a_numeric_version():

@@ -118,15 +118,19 @@ def test_prepass_records_are_named_by_their_content(data_root):
     from medr2_hooks.lmeval.prepass import prepass_spec
     from medr2_hooks.lmeval.runner import prepass_records
 
-    method = {"method": "vanilla_rag", "window": 1024}
-    small = prepass_spec(benchmark="medqa_usmle", method=method, limit=3)
+    method, small_window = "vanilla_rag", {"window": 1024}
+    small = prepass_spec(benchmark="medqa_usmle", method=method, limit=3, method_override=small_window)
     large = prepass_spec(benchmark="medqa_usmle", method=method, limit=3, method_override={"window": 4096})
-    more = prepass_spec(benchmark="medqa_usmle", method=method, limit=4)
-    anatomy = prepass_spec(benchmark="mmlu_med", method=method, subject="anatomy", limit=3)
-    genetics = prepass_spec(benchmark="mmlu_med", method=method, subject="medical_genetics", limit=3)
-    paths = {s.record_path for s in (small, large, more, anatomy, genetics)}
-    assert len(paths) == 5
-    assert prepass_spec(benchmark="medqa_usmle", method=method, limit=3).record_path == small.record_path
+    more = prepass_spec(benchmark="medqa_usmle", method=method, limit=4, method_override=small_window)
+    anatomy = prepass_spec(benchmark="mmlu_med", method=method, subject="anatomy", limit=3, method_override=small_window)
+    genetics = prepass_spec(benchmark="mmlu_med", method=method, subject="medical_genetics", limit=3,
+                            method_override=small_window)
+    generative = prepass_spec(benchmark="medqa_usmle", method=method, limit=3, method_override=small_window,
+                              scoring="generative")
+    paths = {s.record_path for s in (small, large, more, anatomy, genetics, generative)}
+    assert len(paths) == 6
+    assert prepass_spec(benchmark="medqa_usmle", method=method, limit=3,
+                        method_override=small_window).record_path == small.record_path
     assert "anatomy" in anatomy.record_path.name
 
     # a run attaches the record of its own task's content, whatever other records were written after it started
@@ -134,10 +138,10 @@ def test_prepass_records_are_named_by_their_content(data_root):
     small.record_path.write_text(json.dumps({"window": 1024}))
     large.record_path.write_text(json.dumps({"window": 4096}))
     try:
-        configs = {"medqa_usmle_vanilla_rag": {"metadata": {"method": method, "limit": 3},
-                                               "dataset_kwargs": {"benchmark": "medqa_usmle"}},
+        configs = {"medqa_usmle_vanilla_rag": {"metadata": {"method_override": small_window, "limit": 3},
+                                               "dataset_kwargs": {"benchmark": "medqa_usmle", "method": method}},
                    "medqa_usmle_direct": {"metadata": {"version": 1.0, "limit": 3},
-                                          "dataset_kwargs": {"benchmark": "medqa_usmle"}}}
+                                          "dataset_kwargs": {"benchmark": "medqa_usmle", "method": "direct"}}}
         assert prepass_records(configs) == {"medqa_usmle_vanilla_rag": {"window": 1024}}
     finally:
         small.record_path.unlink()
@@ -402,14 +406,16 @@ def test_a_run_records_its_own_prepass_and_no_credential_anywhere(tmp_path, monk
     from medr2_hooks.retrieve.build import ensure_index
 
     ensure_index("textbooks_demo", log=_quiet)
-    secret = "sk-test-DO-NOT-WRITE-0123456789"
+    secret, password = "sk-test-DO-NOT-WRITE-0123456789", "pw-DO-NOT-WRITE-9876"
     monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path / "results"))
-    llm = {"backend": "openai", "model": "served", "base_url": "http://127.0.0.1:9/v1", "api_key": secret}
+    llm = {"backend": "openai", "model": "served", "base_url": f"http://user:{password}@127.0.0.1:9/v1?key={password}",
+           "api_key": secret}
     metadata = {"method_override": {"llm": llm}}
+    # W&B records the command line: the one a user typed holds both (issue 31.2, 31.3)
+    monkeypatch.setattr(sys, "argv", ["medr2", "eval", "--tasks", "medqa_usmle_vanilla_rag", "--metadata",
+                                      json.dumps(metadata), "--model_args", f"base_url=http://u:{password}@h/v1"])
     # a decoy: the record of the same task with another window, written after the run starts
-    decoy = prepass_spec(benchmark="medqa_usmle", method={"method": "vanilla_rag", "retrievers": ["dense"],
-                                                           "rerank": False, "reformulate": False, "cot": False,
-                                                           "classify": False, "window": 1024}, limit=1)
+    decoy = prepass_spec(benchmark="medqa_usmle", method="vanilla_rag", method_override={"window": 1024}, limit=1)
     decoy.record_path.parent.mkdir(parents=True)
     out = run_eval(EvalConfig(tasks=["medqa_usmle_vanilla_rag"], limit=1, metadata=metadata, wandb=True))
     decoy.record_path.write_text("{}")
@@ -418,8 +424,11 @@ def test_a_run_records_its_own_prepass_and_no_credential_anywhere(tmp_path, monk
     assert record["prepass"]["medqa_usmle_vanilla_rag"]["questions"] == 1
     assert record["prepass"]["medqa_usmle_vanilla_rag"]["config"]["llm"]["api_key"] == "<redacted>"
     written = [p for p in (tmp_path / "results").rglob("*") if p.is_file()]
-    assert any(p.name == "run.json" for p in written) and any("wandb" in p.parts for p in written)
-    assert [p for p in written if secret.encode() in p.read_bytes()] == []
+    written.append(Path(record["prepass"]["medqa_usmle_vanilla_rag"]["packs"]["packs"]))  # the packs, in the cache
+    assert any(p.name == "run.json" for p in written) and any(p.suffix == ".wandb" for p in written)
+    assert any(p.name == "debug.log" for p in written)
+    assert [p for p in written if secret.encode() in p.read_bytes() or password.encode() in p.read_bytes()] == []
+    assert b"<redacted>" in next(p for p in written if p.suffix == ".wandb").read_bytes()  # the argv, redacted
 
     # a failed evaluation leaves no run folder behind
     with pytest.raises(Medr2Error):

@@ -95,10 +95,12 @@ def test_two_node_shards_merge_to_the_one_machine_manifest(tmp_path, words, monk
 def test_a_bad_shard_spec_is_a_one_line_error(capsys):
     from medr2_hooks.cli.main import main
 
-    assert main(["index", "build", "textbooks_demo", "--shard", "two/8"]) == 2
-    assert "expected I/N" in capsys.readouterr().err
-    assert main(["index", "build", "textbooks_demo", "--shard", "8/8"]) == 2
-    assert "0 <= i < n" in capsys.readouterr().err
+    for bad in ("two/8", "8/8", "²/3", "1/³"):  # "²".isdigit() is True and int("²") a ValueError traceback
+        assert main(["index", "build", "textbooks_demo", "--shard", bad]) == 2
+        err = capsys.readouterr().err
+        assert "expected i/n with 0 <= i < n" in err and len(err.splitlines()) == 1, err
+    assert main(["prepare", "--tasks", "medqa_usmle_medr2", "--shard", "²/3"]) == 2
+    assert "expected i/n with 0 <= i < n" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -50,10 +50,29 @@ def with_reasoning(prompt: str, cot: str | None) -> str:
 
 
 def mmlu_description(subject: str) -> str:
+    """lm-eval's ``mmlu_*`` description of a subject (the generated MMLU-Med tasks carry it)."""
     return f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.\n\n"
 
 
-def choices(question: Question) -> list[str]:
-    """The closed set lm-eval scores: option letters, or PubMedQA's labels."""
-    return list(question.options)
+# Generative scoring: the target reasons after this cue and states its answer as the demonstrations do.
+COT_CUE = " Let's think step by step, then finish with \"the answer is (X)\"."
+
+
+def answer_statement(label: str) -> str:
+    """How a generative demonstration states its answer (what :mod:`medr2_hooks.lmeval.generative` extracts)."""
+    return f"Therefore, the answer is ({label})."
+
+
+def generative_prompt(prompt: str, reasoning: str | None = None) -> str:
+    """A question prompt (``…Answer:``) for generative scoring: the given reasoning, if any, then the cue."""
+    return with_reasoning(prompt, reasoning) + COT_CUE
+
+
+def demonstration(prompt: str, answer: str, cot: str | None, scoring: str) -> str:
+    """A solved demonstration after its question prompt. Letters: ``Reasoning: <cot>\nAnswer: <label>`` (the
+    label the letter scorer compares); generative: the cue, the reasoning and ``the answer is (<label>)``, the way
+    the target is asked to answer. Free-text prompts (a diagnosis list) continue the list with the answer."""
+    if scoring == "generative" and not prompt.endswith(DIAGNOSIS_CUE):
+        return f"{generative_prompt(prompt)} {(cot or '').strip()} {answer_statement(answer)}".replace("  ", " ")
+    return f"{with_reasoning(prompt, cot)} {answer}"
 

@@ -175,8 +175,10 @@ class StageCache:
         copied = 0
         for segment in sorted(self.segments_dir.glob("*.sqlite")) if self.segments_dir.is_dir() else []:
             with self._lock:
-                self._db.execute("ATTACH DATABASE ? AS segment", (str(segment),))
-                try:
+                attached = False
+                try:  # a truncated or foreign file fails at ATTACH or at the first read: the same message
+                    self._db.execute("ATTACH DATABASE ? AS segment", (str(segment),))
+                    attached = True
                     self._db.execute("BEGIN")
                     copied += self._db.execute("INSERT OR REPLACE INTO main.stage SELECT * FROM segment.stage").rowcount
                     self._db.execute("COMMIT")
@@ -186,7 +188,8 @@ class StageCache:
                     raise Medr2Error(f"stage cache segment {segment}: cannot merge it into {self.path} ({exc}); "
                                      "move it aside to go on without its rows") from None
                 finally:
-                    self._db.execute("DETACH DATABASE segment")
+                    if attached:
+                        self._db.execute("DETACH DATABASE segment")
             segment.unlink()
             log.info("stage cache: merged segment %s into %s", segment.name, self.path)
         return copied

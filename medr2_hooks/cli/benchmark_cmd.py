@@ -11,8 +11,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     add = sub.add_parser("add", help="validate a benchmark declaration (every row) and register it with its tasks",
                          description="Validate FILE and every row of its source, copy it to $MEDR2_CONFIG_DIR "
-                         "(default ~/.config/medr2) and write its lm-eval tasks <name>_direct, _vanilla_rag, "
-                         "_llm_amt, _medr2, _medr2_cot.")
+                         "(default ~/.config/medr2) and write its lm-eval tasks: one per method and scoring, "
+                         "<name>_<method>[_gen] (medr2 tasks lists them).")
     add.add_argument("file", help="the declaration (YAML: name, title, source, fields, answer_format, ...)")
     add.add_argument("--lenient", action="store_true", help="skip malformed rows and count them (default: the "
                      "first one is an error naming file, line and field)")
@@ -36,14 +36,15 @@ def _add(args) -> int:
 
     from .. import data
     from ..data import declared, user
-    from ..lmeval.usertasks import write_tasks
+    from ..lmeval.usertasks import check_names, write_tasks
 
     decl = declared.read(args.file)
     if args.lenient:
         decl = dataclasses.replace(decl, lenient=True)
+    check_names(decl.name, decl.prompt, decl.origin)
     loaded = declared.check(decl)
     path = user.register(decl, list(data.BENCHMARKS), replace=args.replace)
-    tasks = write_tasks(decl.name, args.file)
+    tasks = write_tasks(decl.name)
     out = {"name": decl.name, "declaration": str(path), "items": len(loaded.records), "skipped": len(loaded.skipped),
            "skipped_rows": loaded.skipped[:20], "tasks": tasks}
     if args.json:

@@ -10,7 +10,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "examples:\n"
         "  medr2 eval --tasks medqa_usmle_direct --model embedded:gemma-270m --limit 20\n"
-        "  medr2 eval --tasks medr2_qa --model vllm --model_args pretrained=meta-llama/Llama-3.1-8B-Instruct\n"
+        "  medr2 eval --tasks medr2_qa_direct --model vllm --model_args pretrained=meta-llama/Llama-3.1-8B-Instruct\n"
         "Results land in results/runs/<name>/ (lm-eval JSON, per-sample JSONL, run.json); the W&B run is\n"
         "offline under results/wandb/ (upload later with `wandb sync results/wandb/offline-run-*`)."
     )

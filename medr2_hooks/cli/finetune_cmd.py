@@ -41,8 +41,12 @@ def run(args: argparse.Namespace) -> int:
 
         os.environ.setdefault("WANDB_MODE", "offline")
         settings.results_dir().mkdir(parents=True, exist_ok=True)
-        wb = wandb.init(project="medr2", name=f"finetune-{recipe.name}", job_type="finetune", group="finetune",
-                         dir=str(settings.results_dir()), config=recipe.to_json(), mode=os.environ["WANDB_MODE"])
+        from ..redact import redact, redacted_argv
+
+        with redacted_argv():
+            wb = wandb.init(project="medr2", name=f"finetune-{recipe.name}", job_type="finetune", group="finetune",
+                            dir=str(settings.results_dir()), config=redact(recipe.to_json()),
+                            mode=os.environ["WANDB_MODE"])
     manifest = train(recipe, wandb_run=wb)
     if wb is not None:
         wb.summary.update({k: manifest[k] for k in ("steps", "examples", "tokens", "train_seconds")})

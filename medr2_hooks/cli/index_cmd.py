@@ -67,10 +67,10 @@ def run(args: argparse.Namespace) -> int:
         if args.corpus_only:
             build_corpus(recipe, index_dir(recipe.name) / "corpus")
         elif args.shard:
-            index, sep, count = args.shard.partition("/")
-            if not (sep and index.isdigit() and count.isdigit()):
-                raise Medr2Error(f"--shard {args.shard!r}: expected I/N, e.g. 0/8")
-            build_part(recipe, (int(index), int(count)), resources=resources)
+            from ..lmeval.prepare import Shard
+
+            shard = Shard.parse(args.shard)
+            build_part(recipe, (shard.index, shard.count), resources=resources)
         else:
             build(recipe, resources=resources)
         return 0

@@ -55,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     except Medr2Error as exc:
         print(f"medr2 {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`medr2 tasks | head`): stop quietly, as Unix tools do
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 141
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         state = _rehearse(exp, runs, wandb=not args.no_wandb)
     else:
         state = sweep(exp.name, runs, wandb=not args.no_wandb)
-    failed = [n for n, e in state["runs"].items() if e["status"] == "failed"]
+    failed = [r.name for r in runs if state["runs"].get(r.name, {}).get("status") == "failed"]
     print(f"{exp.name}: {len(runs)} runs, {len(failed)} failed")
     return 1 if failed else 0
 

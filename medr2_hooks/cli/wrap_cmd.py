@@ -9,7 +9,7 @@ from .output import emit_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..lmeval.usertasks import METHODS
+    from ..methods import task_methods
 
     parser.description = (
         "Write task wrap_<TASK>_<METHOD>: the built-in task's prompt, choices and scoring, with the method's "
@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "rows through a field mapping (known for medqa_4options, medmcqa and mmlu_*; else --fields). The rows come "
         "from the built-in's hub dataset, or from local files in the same layout (--data-files).")
     parser.add_argument("task", help="an lm-eval built-in multiple-choice task, e.g. medmcqa, mmlu_anatomy")
-    parser.add_argument("--method", required=True, choices=list(METHODS), help="what to add before the prompt")
+    parser.add_argument("--method", required=True, choices=task_methods(), help="what to add before the prompt")
     parser.add_argument("--fields", help='JSON field mapping, e.g. \'{"question": "q", "options": ["a", "b"], '
                         '"answer": "label"}\' (with --answer-format)')
     parser.add_argument("--answer-format", choices=["letter", "index0", "index1", "text"],
@@ -74,13 +74,18 @@ def run(args: argparse.Namespace) -> int:
            **mapping, "language": args.language, "n_demos": args.n_demos if demos else 0, "demos": demos,
            "wraps": args.task}
     decl = declared.parse({k: v for k, v in raw.items() if v is not None}, f"medr2 wrap {args.task}")
+    existing = user.declarations().get(name)
+    if existing is not None and existing.wraps is None:
+        raise ConfigError(f"benchmark {name!r} is registered by `medr2 benchmark add`, not made by medr2 wrap: "
+                          f"remove it first (medr2 benchmark remove {name}) or wrap under another name")
+    usertasks.check_names(name, "medqa", f"medr2 wrap {args.task}")
     if args.method != "direct":
         declared.check(decl)  # the pre-pass reads every row; the direct wrap reads what lm-eval evaluates
     user.register(decl, list(data.BENCHMARKS), replace=True)
     task = f"{name}_{args.method}"
     description = cfg.get("description") or ""
     path = usertasks.write_task(name, {
-        "include": [yaml_path, str(settings.tasks_dir() / "wrap" / "_wrap_template_yaml")], "task": task,
+        "include": [yaml_path, str(settings.tasks_dir() / "templates" / "_wrap_yaml")], "task": task,
         "task_alias": task, "tag": [],  # not a member of the built-in's tag groups (mmlu_stem_tasks, ...)
         "dataset_kwargs": {"benchmark": name, "wrap_method": args.method, "description": description,
                            "test_split": test_split, "all_splits": wrap.splits(cfg)},

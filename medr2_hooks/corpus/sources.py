@@ -156,13 +156,25 @@ def generic_jsonl(paths: str, base: Path, report: SkipReport, source_type: str |
                 continue
             try:
                 yield Document(source_type=kind, language=obj.get("language", language),
-                               evidence_level=obj.get("evidence_level"),
+                               evidence_level=evidence_level_of(obj.get("evidence_level")),
                                meta={**(obj.get("meta") or {}), "source": f"{path.name}:{line}"}, **f)
             except ValueError as exc:
                 report.problem(path, line, "source_type", "invalid field", str(exc))
 
 
 TABLE_FIELDS = ("doc_id", "text", "title", "source_type", "evidence_level", "language")
+
+
+def evidence_level_of(value) -> int | None:
+    """An evidence level 1-9 from a table cell: a whole number or its exact text ("3", " 3 "); empty: none. Anything
+    else (3.9, "3.0", true, "high") is a ValueError, never truncated or coerced to a level."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, str) and value.strip() in tuple("123456789"):
+        return int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 9:
+        return value
+    raise ValueError(f"evidence level {value!r} is not a whole number 1-9")
 
 
 def _table_rows(path: Path, fmt: str, report: SkipReport) -> Iterator[tuple[int, dict]]:
@@ -182,17 +194,10 @@ def _table_rows(path: Path, fmt: str, report: SkipReport) -> Iterator[tuple[int,
             else:
                 report.problem(path, i, None, "invalid JSON", "expected an object")
         return
-    import csv
+    from ..data.readers import csv_rows
 
-    from ..data.readers import open_text
-
-    with open_text(path) as fh:
-        reader = csv.DictReader(fh)
-        _ = reader.fieldnames  # reads the header row
-        start = reader.line_num + 1
-        for row in reader:
-            yield start, row
-            start = reader.line_num + 1
+    for start, row, _ in csv_rows(path):
+        yield start, row
 
 
 def table(paths: str, base: Path, report: SkipReport, fields: dict, format: str | None = None,
@@ -226,9 +231,7 @@ def table(paths: str, base: Path, report: SkipReport, fields: dict, format: str 
                 continue
             level = obj.get(fields["evidence_level"]) if "evidence_level" in fields else evidence_level
             try:
-                level = int(level) if level not in (None, "") else None
-                if level is not None and not 1 <= level <= 9:
-                    raise ValueError(f"evidence level {level} is not in 1-9")
+                level = evidence_level_of(level)
                 yield Document(doc_id=f["doc_id"], title=f.get("title", ""), text=f["text"],
                                source_type=obj.get(fields["source_type"]) if "source_type" in fields else source_type,
                                language=obj.get(fields["language"], language) if "language" in fields else language,

@@ -19,6 +19,7 @@ from pathlib import Path
 from .. import settings
 from ..errors import DataError, UnknownNameError
 from .declared import Declaration
+from .mmlu import SUBJECTS as MMLU_SUBJECTS
 from .record import Question, Record
 
 __all__ = ["BENCHMARKS", "Benchmark", "Pools", "Question", "Record", "benchmark", "names", "load", "pools", "DEMO_SEED"]
@@ -39,6 +40,8 @@ class Benchmark:
     kind: str = "qa"  # qa (Table 2) | clinical (Table 8)
     style: str = "medqa"  # question layout (medr2_hooks.apply.prompts)
     declaration: Declaration | None = None  # a user's YAML declaration (medr2 benchmark add)
+    subjects: tuple[str, ...] = ()  # one task per subject and a group over them (MMLU-Med)
+    suite: bool = True  # a member of the paper's benchmark groups (medr2_qa_*: Table 2, medr2_clinical_*: Table 8)
 
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -49,7 +52,8 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark("medmcqa", "medmcqa:load", "medmcqa:load_hub", 13, "en", "MedMCQA (dev)", style="medmcqa"),
         Benchmark("pubmedqa", "pubmedqa:load", "pubmedqa:load_hub", 10, "en", "PubMedQA PQA-L (question only)",
                   style="pubmedqa"),
-        Benchmark("mmlu_med", "mmlu:load", "mmlu:load_hub", 9, "en", "MMLU-Med (6 subjects)", style="mmlu"),
+        Benchmark("mmlu_med", "mmlu:load", "mmlu:load_hub", 9, "en", "MMLU-Med (6 subjects)", style="mmlu",
+                  subjects=MMLU_SUBJECTS),
         Benchmark("medxpertqa", "medxpertqa:load", "medxpertqa:load_hub", 10, "en", "MedXpertQA Text (10 options)",
                   kind="clinical"),
         Benchmark("nejmqa", "nejmqa:load", None, 5, "en", "NEJMQA (default: AgentClinic-NEJM cases, not the paper's set)",

@@ -19,7 +19,6 @@ explanation, say) are never read.
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 import string
@@ -31,7 +30,7 @@ from typing import Any, Literal
 from .. import settings
 from ..config import ConfigError, from_dict, load_yaml
 from ..errors import DataError, RowError
-from .readers import open_text, iter_jsonl, read_json
+from .readers import csv_rows, iter_jsonl, read_json
 from .record import Record
 
 NAME = re.compile(r"[a-z][a-z0-9_]{1,47}")
@@ -114,7 +113,7 @@ def parse(raw: dict, where: str) -> Declaration:
 
 def read(path: str | Path) -> Declaration:
     path = Path(path)
-    return parse(load_yaml(path), str(path))
+    return parse(load_yaml(path, aliases=False), str(path))
 
 
 @dataclass
@@ -142,18 +141,22 @@ def rows(source: Source, columns: list[str], where: str) -> Iterator[tuple[objec
         return
     path = resolve(source)
     if source.format == "csv":
-        with open_text(path) as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in columns if c not in (reader.fieldnames or [])]
+        def check(header: list[str]) -> None:
+            missing = [c for c in columns if c not in header]
             if missing:
-                raise RowError(path, 1, missing[0], f"is not a column of the header ({', '.join(reader.fieldnames or [])});"
+                raise RowError(path, 1, missing[0], f"is not a column of the header ({', '.join(header)});"
                                f" named in {where} fields")
-            start = reader.line_num + 1  # a quoted field may span lines: name the line a row starts on
-            for row in reader:
-                if None in row:
-                    raise RowError(path, start, None, f"expected {len(reader.fieldnames)} fields, found more")
-                yield path, start, row
-                start = reader.line_num + 1
+
+        checked = False
+        for start, row, header in csv_rows(path):  # start: the line a row starts on (a quoted field spans lines)
+            if not checked:
+                check(header)
+                checked = True
+            if None in row:
+                raise RowError(path, start, None, f"expected {len(header)} fields, found more")
+            yield path, start, row
+        if not checked:  # no rows: the header alone is still checked
+            check(next((row for _, row, _ in csv_rows(path, header=False)), []))
     elif source.format == "jsonl":
         for line, obj in iter_jsonl(path):
             yield path, line, obj

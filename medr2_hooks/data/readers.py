@@ -13,10 +13,36 @@ from typing import Any
 from ..errors import DataError, RowError
 
 
+CSV_FIELD_LIMIT = 64 * 1024 * 1024  # one field (a whole guideline in a cell); csv's default is 128 KB
+
+
 def open_text(path: Path) -> io.TextIOBase:
+    """A UTF-8 text file (``.gz`` allowed); a byte-order mark (Excel's "CSV UTF-8") is not part of the text."""
     if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, encoding="utf-8", newline="")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")
+
+
+def csv_rows(path: Path, header: bool = True) -> Iterator[tuple[int, dict | list, list[str]]]:
+    """``(line a row starts on, row, header)`` of a CSV file (rows as dicts with a header, else lists). A file that
+    is not UTF-8 is a DataError naming the file and line; a malformed row (an unterminated quote, a field over
+    :data:`CSV_FIELD_LIMIT`) a RowError naming the line, never a traceback."""
+    csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_LIMIT))
+    start = 1
+    reader = None
+    try:
+        with open_text(path) as fh:
+            reader = csv.DictReader(fh) if header else csv.reader(fh)
+            names = list(reader.fieldnames or []) if header else []
+            start = reader.line_num + 1
+            for row in reader:
+                yield start, row, names
+                start = reader.line_num + 1
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}:{start}: not UTF-8 text ({exc.reason} at byte {exc.start} of a read block); save the "
+                        "file as UTF-8") from None
+    except csv.Error as exc:
+        raise RowError(path, start, None, f"malformed CSV ({exc})") from None
 
 
 def require_file(path: Path, *, setting: str = "MEDR2_DATA_DIR", hub: str | None = None) -> Path:
@@ -57,14 +83,12 @@ def read_json(path: Path) -> Any:
 
 def iter_csv(path: Path, n_fields: int) -> Iterator[tuple[int, list[str]]]:
     """Yield ``(row_number, fields)`` of a header-less CSV; a row with the wrong arity raises RowError."""
-    with open_text(path) as fh:
-        reader = csv.reader(fh)
-        for row in reader:
-            if not row:
-                continue
-            if len(row) != n_fields:
-                raise RowError(path, reader.line_num, None, f"expected {n_fields} fields, found {len(row)}")
-            yield reader.line_num, row
+    for line, row, _ in csv_rows(path, header=False):
+        if not row:
+            continue
+        if len(row) != n_fields:
+            raise RowError(path, line, None, f"expected {n_fields} fields, found {len(row)}")
+        yield line, row
 
 
 def field(obj: dict, name: str, path: Path, line: int, kind: type | tuple[type, ...] = str) -> Any:

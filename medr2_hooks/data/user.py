@@ -12,7 +12,7 @@ from pathlib import Path
 from .. import settings
 from ..config import ConfigError, load_yaml
 from ..errors import UnknownNameError
-from ..fs import atomic_write_text
+from ..fs import atomic_write_text, safe_component
 from . import declared
 
 
@@ -58,8 +58,10 @@ def register(decl: declared.Declaration, builtin: list[str], replace: bool = Fal
 
 
 def unregister(name: str) -> Path:
-    path = folder() / f"{name}.yaml"
-    if not path.is_file():
-        raise UnknownNameError("registered benchmark", name, list(declarations()))
+    """Delete a registered declaration: only a name ``medr2 benchmark list`` shows, only the file it wrote."""
+    registered = declarations()
+    if name not in registered:
+        raise UnknownNameError("registered benchmark", name, list(registered))
+    path = folder() / f"{safe_component(name, 'benchmark name')}.yaml"
     path.unlink()
     return path

@@ -1,23 +1,20 @@
 """Experiment configs (``experiments/*.yaml``): models × methods × benchmarks × windows, validated on load.
 
 An unknown method, benchmark or window is an error before any run starts, listing the valid values.
-Methods: ``direct``, ``vanilla_rag``, ``llm_amt``, ``medr2``, ``medr2_cot``, ``finetune`` (the ``*_direct``
-task on a model's fine-tuned checkpoint) and the Table 10 ablations ``ablation_<q|r|c combination>``
-(q = query reformulator, r = evidence reranker, c = CoT generator; ``ablation_qrc`` is Med-R² itself).
+Methods are the registry's (:mod:`medr2_hooks.methods`): ``direct``, ``vanilla_rag``, ``llm_amt``, ``medr2``,
+``medr2_cot``, ``finetune`` (the ``*_direct`` task on a model's fine-tuned checkpoint) and the Table 10 ablations
+``ablation_<q|r|c combination>`` (q = query reformulator, r = evidence reranker, c = CoT generator;
+``ablation_qrc`` is Med-R² itself). ``scoring`` picks the tasks' scoring (:data:`medr2_hooks.methods.SCORINGS`).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from itertools import combinations
 
-from .. import data, settings
-from ..config import ConfigError, from_dict, load_yaml
+from .. import data, methods, settings
+from ..config import ConfigError, from_dict, in_range, load_yaml
 from ..fs import safe_component
 
-BASE_METHODS = ("direct", "vanilla_rag", "llm_amt", "medr2", "medr2_cot", "finetune")
-ABLATIONS = tuple("ablation_" + "".join(c) for n in (1, 2, 3) for c in combinations("qrc", n))
-METHODS = BASE_METHODS + ABLATIONS
 WINDOWS = (4096, 8192, 16384, 32768, 65536, 131072)
 LONG_WINDOW = 32768  # Qwen2.5's native context: YaRN only beyond it, so 4K-32K cells match the plain model
 
@@ -44,6 +41,8 @@ class Experiment:
     methods: list[str]
     benchmarks: list[str]
     windows: list[int] = field(default_factory=lambda: [4096])
+    scoring: str = "letters"  # letters | generative (free-text benchmarks are always generative)
+    gen_kwargs: str | None = None  # lm-eval --gen_kwargs for generative tasks (the twins cap max_gen_toks)
     limit: int | None = None  # a fixed slice per benchmark (embedded twins)
     method_override: dict = field(default_factory=dict)  # MethodConfig settings for every retrieval run
     method_overrides: dict[str, dict] = field(default_factory=dict)  # per method, applied after method_override
@@ -62,13 +61,15 @@ class Experiment:
         safe_component(self.name, "experiment name")
         for model in self.models:
             safe_component(model.name, "model name")
-        for kind, values, valid in (("method", self.methods, METHODS), ("benchmark", self.benchmarks, data.names()),
-                                    ("window", self.windows, WINDOWS)):
+        for kind, values, valid in (("method", self.methods, list(methods.METHODS)),
+                                    ("benchmark", self.benchmarks, data.names()), ("window", self.windows, WINDOWS),
+                                    ("scoring", [self.scoring], list(methods.SCORINGS))):
             bad = [v for v in values if v not in valid]
             if bad:
                 raise ValueError(f"unknown {kind} {bad[0]!r}; valid {kind}s: {', '.join(map(str, valid))}")
         if not self.models:
             raise ValueError("an experiment needs at least one model")
+        in_range(self, "limit", 1)
         bad = sorted(set(self.method_overrides) - set(self.methods))
         if bad:
             raise ValueError(f"method_overrides names {bad[0]!r}, which is not among this experiment's methods")

@@ -11,12 +11,11 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .. import data, methods
 from ..config import ConfigError
-from ..pipeline.config import ROLES, MethodConfig
-from .config import ABLATIONS, LONG_WINDOW, Experiment, role_set
 from ..lmeval.runner import CONTINUATION_MODEL
-
-RETRIEVAL = ("vanilla_rag", "llm_amt", "medr2", "medr2_cot") + ABLATIONS
+from ..pipeline.config import ROLES, MethodConfig
+from .config import LONG_WINDOW, Experiment, role_set
 
 
 @dataclass(frozen=True)
@@ -32,6 +31,8 @@ class Run:
     limit: int | None
     metadata: dict = field(default_factory=dict)
     resolved: dict = field(default_factory=dict)  # roles' models, evidence unit, coarse_k, window (retrieval runs)
+    scoring: str = "letters"
+    gen_kwargs: str | None = None
 
     @property
     def name(self) -> str:
@@ -43,17 +44,6 @@ class Run:
 
     def to_json(self) -> dict:
         return {"name": self.name, **asdict(self)}
-
-
-def _ablation_settings(method: str) -> dict:
-    flags = method.removeprefix("ablation_")
-    # classification follows from the switches: it runs whenever the reformulator (q) or the reranker's f_g (r) needs it
-    return {"method": method, "reformulate": "q" in flags, "rerank": "r" in flags, "cot": "c" in flags}
-
-
-def _task(method: str, benchmark: str) -> str:
-    base = "medr2" if method.startswith("ablation_") else "direct" if method == "finetune" else method
-    return f"{benchmark}_{base}"
 
 
 def expand(exp: Experiment) -> list[Run]:
@@ -71,14 +61,12 @@ def expand(exp: Experiment) -> list[Run]:
                         model_args = ",".join(a for a in (f"pretrained={resolved['checkpoint']}",
                                                           _without_pretrained(model_args)) if a)
                         lm_model = CONTINUATION_MODEL if spec.model.startswith("embedded:") else spec.model
-                    if method in RETRIEVAL:
+                    if methods.method(method).retrieval:
                         cap = spec.pack_window_cap or window
                         override = {**exp.method_override, **exp.method_overrides.get(method, {}),
                                     "window": min(window, cap)}
                         if spec.tokenizer:
                             override["target_tokenizer"] = spec.tokenizer
-                        if method.startswith("ablation_"):
-                            override.update(_ablation_settings(method))
                         if spec.roles or spec.role_set:
                             roles = spec.roles or role_set(spec.role_set)
                             override = {**override, "llm": override.get("llm") or roles["llm"],
@@ -89,8 +77,12 @@ def expand(exp: Experiment) -> list[Run]:
                         model_args = ",".join(a for a in (model_args, spec.long_model_args) if a)
                     if len(exp.windows) > 1 and not spec.model.startswith("embedded:"):
                         model_args = ",".join(a for a in (model_args, f"max_length={window}") if a)
-                    runs.append(Run(exp.name, spec.name, method, benchmark, window, _task(method, benchmark),
-                                    lm_model, model_args, exp.limit, metadata, resolved))
+                    task = methods.task_name(benchmark, method, exp.scoring, data.benchmark(benchmark).style)
+                    generative = methods.suffix(data.benchmark(benchmark).style, exp.scoring) or \
+                        data.benchmark(benchmark).style in methods.FREE_TEXT_STYLES
+                    runs.append(Run(exp.name, spec.name, method, benchmark, window, task, lm_model, model_args,
+                                    exp.limit, metadata, resolved, exp.scoring,
+                                    exp.gen_kwargs if generative else None))
     return runs
 
 
@@ -123,7 +115,8 @@ def finetune_checkpoint(exp: Experiment, spec, benchmark: str) -> dict:
 def _resolved(exp: Experiment, spec, method: str, override: dict) -> dict:
     """What a retrieval run will use; an embedded role behind a non-embedded target is an error unless the
     experiment says ``allow_embedded_roles: true`` (a GPU sweep must not silently judge with a 270M model)."""
-    cfg = MethodConfig.from_dict(override, f"{exp.name} {spec.name} {method} method_override")
+    cfg = MethodConfig.from_dict({**methods.method(method).variant(), **override},
+                                 f"{exp.name} {spec.name} {method} method_override")
     roles = {role: cfg.role(role)["model"] for role in ROLES}
     embedded_target = spec.model.startswith("embedded:") or "embedded:" in spec.model_args
     embedded_roles = sorted(role for role, model in roles.items() if model.startswith("embedded:"))
@@ -131,5 +124,6 @@ def _resolved(exp: Experiment, spec, method: str, override: dict) -> dict:
         raise ConfigError(f"experiment {exp.name}: target {spec.name} ({spec.model}) would run the roles "
                           f"{', '.join(embedded_roles)} on {roles[embedded_roles[0]]}; give the model a role_set "
                           "(experiments/roles.yaml) or set allow_embedded_roles: true")
-    return {"roles": roles, "unit": cfg.unit, "coarse_k": cfg.coarse_k, "window": cfg.window,
-            "retrievers": cfg.retrievers, "label_scoring": cfg.label_scoring}
+    return {"stages": list(methods.method(method).stages()), "roles": roles, "unit": cfg.unit,
+            "coarse_k": cfg.coarse_k, "window": cfg.window, "retrievers": cfg.retrievers,
+            "label_scoring": cfg.label_scoring}

@@ -22,7 +22,7 @@ from .. import settings
 from ..fs import atomic_write_text
 from .config import Experiment
 from .expand import Run, expand
-from .sweep import run_dir, summary_path
+from .sweep import read_json_file, read_summary, run_dir, summary_path
 from .stats import mcnemar, paired_bootstrap
 
 PAPER_NUMBERS = settings.REPO_ROOT / "experiments" / "paper_numbers.csv"
@@ -49,8 +49,9 @@ def load_runs(runs: list[Run]) -> dict[str, dict]:
     out = {}
     for run in runs:
         got = _from_folder(run)
-        if got is None and summary_path(run).is_file():
-            got = {**json.loads(summary_path(run).read_text(encoding="utf-8"))["summary"], "provenance": None}
+        summary = read_summary(run) if got is None else None
+        if summary is not None:
+            got = {**summary["summary"], "provenance": None}
         if got is not None:
             out[run.name] = got
     return out
@@ -71,10 +72,9 @@ def write_summaries(runs: list[Run], done: dict) -> None:
 
 def _from_folder(run: Run) -> dict | None:
     folder = run_dir(run)
-    record_path = folder / "run.json"
-    if not record_path.is_file():
+    record = read_json_file(folder / "run.json", "results")
+    if record is None:
         return None
-    record = json.loads(record_path.read_text())
     metric = primary_metric(record.get("results", {}).get(run.task, {}))
     if metric is None:
         return None
@@ -97,6 +97,7 @@ def _from_folder(run: Run) -> dict | None:
             "packs_reused": reused, "packed_tokens": _packed_mean(prepass),
             "invalid": None if invalid is None else 100 * float(invalid), "finetune": record.get("finetune"),
             "top1": None if top1 is None or metric[0] == "top1" else 100 * float(top1),
+            "subset": (record.get("subset") or {}).get(run.task),
             "provenance": {k: record.get(k) for k in ("git_commit", "resolved", "versions", "hardware")}}
 
 
@@ -301,12 +302,29 @@ def check_no_loss(exp: Experiment, done: dict) -> None:
                          f"run `medr2 sweep {exp.name}` first, or pass --force to render the smaller report")
 
 
-def render(exp: Experiment, force: bool = False) -> Path:
+def check_subsets(exp: Experiment, done: dict, allow: bool) -> list[str]:
+    """Runs that evaluated part of a benchmark where the experiment asks for all of it (no ``limit``): an error
+    naming them, unless ``allow``ed (then they are listed under the table)."""
+    from ..errors import Medr2Error
+
+    if exp.limit is not None:
+        return []
+    partial = [f"{name} ({got['subset']['items']} of {got['subset']['of']} items)" for name, got in done.items()
+               if got.get("subset")]
+    if partial and not allow:
+        raise Medr2Error(f"{exp.name} asks for whole benchmarks, but {len(partial)} runs evaluated a subset: "
+                         f"{', '.join(partial[:5])}; re-run them without a limit, or pass --allow-subset to show "
+                         "them, marked as subsets")
+    return partial
+
+
+def render(exp: Experiment, force: bool = False, allow_subset: bool = False) -> Path:
     paper = exp.paper_table
     runs = expand(exp)
     done = load_runs(runs)
     if not force:
         check_no_loss(exp, done)
+    partial = check_subsets(exp, done, allow_subset)
     write_summaries(runs, done)
     rows = result_rows(exp, runs, done)
     out = settings.results_dir() / exp.name
@@ -320,6 +338,10 @@ def render(exp: Experiment, force: bool = False) -> Path:
     stats = paired_statistics(runs, done, reference)
     missing = [r.name for r in runs if r.name not in done]
     md = rehearsal_header(exp) if exp.rehearsal else [f"# {exp.name}\n", exp.description or ""]
+    if exp.limit is not None:
+        md.append(f"\nItems: the first {exp.limit} of each benchmark (a fixed slice, not the benchmarks' scores).\n")
+    if partial:
+        md.append("\nSUBSET RUNS (--allow-subset; their cells are not the benchmarks' scores): " + ", ".join(partial) + "\n")
     md += [f"\nRuns with results: {len(done)} of {len(runs)}; missing cells are "
           f"marked {MISSING}. Accuracy in % (RareArena: top-5 recall; top-1 below. The paper does not name its "
           "RareArena metric: its GPT-4o cells lie between RareArena's published top-1 and top-5 recalls).\n\n",

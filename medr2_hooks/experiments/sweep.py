@@ -1,8 +1,10 @@
 """Run an experiment's runs in order; skip those with results (a ``run.json`` in the run folder, or the run's
 summary in ``results/<experiment>/runs/``); record failures and go on.
 
-State of the sweep lives in ``results/<experiment>/sweep.json`` (written after every run): per run its status
-(``done``, ``skipped`` — results already there, ``failed`` with the error), wall seconds and results folder.
+State of the sweep lives in ``results/<experiment>/sweep.json`` (updated after every run): per run its status
+(``done``, ``skipped`` — results already there, ``failed`` with the error), wall seconds and results folder. Each
+update changes only its run's entry, under a file lock, so ``--run NAME`` sweeps (``wandb agent`` processes on one
+host, or on several sharing the results folder) never lose each other's entries.
 ``wandb_sweep_spec`` writes a W&B grid sweep over the same run names, so ``wandb agent`` processes on many
 machines each execute ``medr2 sweep <config> --run <name>``.
 """
@@ -29,9 +31,33 @@ def summary_path(run: Run) -> Path:
     return settings.results_dir() / safe_component(run.experiment, "experiment name") / "runs" / f"{run_dir(run).name}.json"
 
 
+def read_json_file(path: Path, needs: str) -> dict | None:
+    """The JSON object in ``path`` holding key ``needs``; None when absent, and None with a warning naming the file
+    when it is unreadable (a damaged or hand-edited run record or summary counts as no results, never a crash)."""
+    import logging
+
+    if not path.is_file():
+        return None
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        logging.getLogger(__name__).warning("%s is unreadable (%s): treated as missing", path, exc)
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get(needs), dict):
+        logging.getLogger(__name__).warning("%s has no %r object: treated as missing", path, needs)
+        return None
+    return obj
+
+
+def read_summary(run: Run) -> dict | None:
+    return read_json_file(summary_path(run), "summary")
+
+
 def has_results(run: Run) -> Path | None:
-    """Where the run's results are (its run folder's ``run.json``, else its summary), or None."""
-    return next((p for p in (run_dir(run) / "run.json", summary_path(run)) if p.is_file()), None)
+    """Where the run's readable results are (its run folder's ``run.json``, else its summary), or None."""
+    if read_json_file(run_dir(run) / "run.json", "results") is not None:
+        return run_dir(run) / "run.json"
+    return summary_path(run) if read_summary(run) is not None else None
 
 
 def execute(run: Run, wandb: bool = True) -> dict:
@@ -49,10 +75,29 @@ def execute(run: Run, wandb: bool = True) -> dict:
     return run_eval(cfg)["run_record"]
 
 
+def record_run(state_path: Path, experiment: str, run_name: str, entry: dict) -> dict:
+    """Set one run's entry in the sweep state, keeping every other run's (read, update and atomic write under an
+    exclusive lock of ``sweep.json.lock``); returns the state written. An unreadable state file is kept aside."""
+    import fcntl
+
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(state_path.with_name(state_path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            state = json.loads(state_path.read_text(encoding="utf-8")) if state_path.is_file() else {}
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            state_path.replace(state_path.with_name(f"{state_path.name}.damaged"))
+            state = {}
+        if not isinstance(state.get("runs"), dict):
+            state = {"experiment": experiment, "runs": {}}
+        state["runs"][run_name] = entry
+        atomic_write_text(state_path, json.dumps(state, indent=1))
+    return state
+
+
 def sweep(name: str, runs: list[Run], wandb: bool = True, execute_run=execute, log=print) -> dict:
     state_path = settings.results_dir() / name / "sweep.json"
-    state_path.parent.mkdir(parents=True, exist_ok=True)
-    state = {"experiment": name, "runs": {}}
+    state: dict = {"experiment": name, "runs": {}}
     for i, run in enumerate(runs, 1):
         entry = {"task": run.task, "model": run.model, "method": run.method, "benchmark": run.benchmark,
                  "window": run.window, "results": str(run_dir(run))}
@@ -71,8 +116,7 @@ def sweep(name: str, runs: list[Run], wandb: bool = True, execute_run=execute, l
                              traceback=traceback.format_exc(limit=5))
                 log(f"  failed: {entry['error']}")
             entry["wall_seconds"] = round(time.perf_counter() - started, 2)
-        state["runs"][run.name] = entry
-        atomic_write_text(state_path, json.dumps(state, indent=1))
+        state = record_run(state_path, name, run.name, entry)
     return state
 
 

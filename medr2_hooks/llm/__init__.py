@@ -16,6 +16,30 @@ BACKENDS = {
     "vllm": "medr2_hooks.llm.vllm_backend:VLLMBackend",
     "openai": "medr2_hooks.llm.openai_backend:OpenAIBackend",
 }
+# options that count something: a whole number >= 1 (>= 0 for retries); seconds: a number > 0
+_COUNTS = {"batch_size": 1, "concurrency": 1, "request_batch": 1, "max_length": 1, "tensor_parallel_size": 1,
+           "max_retries": 0}
+_SECONDS = ("timeout", "backoff")
+
+
+def check_spec(spec: dict, where: str) -> None:
+    """A ValueError naming ``where`` and the field when a backend spec cannot work: an unknown backend, no model
+    name, or a count or duration out of range (``batch_size: -1`` would answer every prompt with nothing)."""
+    if not isinstance(spec, dict):
+        raise ValueError(f"{where}: expected a backend spec mapping, found {type(spec).__name__}")
+    kind = spec.get("backend", "hf")
+    if kind not in BACKENDS:
+        raise ValueError(f"{where}.backend: {kind!r}; valid: {', '.join(BACKENDS)}")
+    if not isinstance(spec.get("model"), str) or not spec["model"].strip():
+        raise ValueError(f"{where}.model: a model name is required")
+    for key, low in _COUNTS.items():
+        value = spec.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+            raise ValueError(f"{where}.{key} must be a whole number >= {low}, found {value!r}")
+    for key in _SECONDS:
+        value = spec.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+            raise ValueError(f"{where}.{key} must be a number of seconds > 0, found {value!r}")
 
 
 class BackendPool:
@@ -31,6 +55,7 @@ class BackendPool:
             kind = spec.pop("backend", "hf")
             if kind not in BACKENDS:
                 raise UnknownNameError("backend", kind, list(BACKENDS))
+            check_spec({"backend": kind, **spec}, "backend spec")
             module, cls = BACKENDS[kind].split(":")
             self._loaded[key] = getattr(import_module(module), cls)(**spec)
         return self._loaded[key]

@@ -32,6 +32,9 @@ class HFBackend:
 
         from ..retrieve.encoders import weights_revision
 
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a whole number >= 1, found {batch_size!r}")
+
         self.path = resolve(model)
         self.model_id = f"{model}@{weights_revision(self.path)}"
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")

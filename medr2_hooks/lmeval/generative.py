@@ -14,7 +14,6 @@ from ..apply import prompts
 from ..data.record import Record
 
 INVALID = "[invalid]"
-COT_CUE = " Let's think step by step, then finish with \"the answer is (X)\"."
 
 
 def _pattern(labels: list[str]) -> re.Pattern:
@@ -35,7 +34,7 @@ def extract_choice(text: str, labels: list[str]) -> str:
 
 
 def doc_to_text(doc: dict) -> str:
-    return prompts.question_prompt(doc["benchmark"], Record.from_doc(doc).public()) + COT_CUE
+    return prompts.generative_prompt(prompts.question_prompt(doc["benchmark"], Record.from_doc(doc).public()))
 
 
 def process_results(doc: dict, results: list[str]) -> dict[str, float]:

@@ -6,10 +6,14 @@ prompt prefix (demonstrations + selected evidence) and the provenance (evidence 
 iterations, CoT) as JSON, so ``--log_samples`` shows what each answer was given. The run record (stage
 times, model calls, tokens, cache hits, fallback counts) is written next to the cache and logged.
 
-Task metadata: ``benchmark``, ``method`` (a MethodConfig mapping), ``variant`` (settings a task family
-changes, e.g. Med-R²-CoT's ``cot_in_first_query``), and optionally ``limit`` (pre-pass only the
-first N evaluation items: lm-eval's ``--limit`` is not visible to dataset hooks), ``source``, ``data_dir``,
-``subject``. ``--metadata '{"method_override": {"window": 8192}}'`` overrides method settings.
+Task keywords: ``benchmark``, ``method`` (a name in the registry, :mod:`medr2_hooks.methods`), ``scoring``,
+``subject``, and from ``--metadata`` optionally ``limit`` (pre-pass only the first N evaluation items: lm-eval's
+``--limit`` is not visible to dataset hooks), ``source``, ``data_dir``.
+``--metadata '{"method_override": {"window": 8192}}'`` overrides method settings.
+
+The dataset always holds the whole benchmark, so lm-eval reports its true size (``n-samples.original``); with a
+``limit`` only the first N rows carry packs, and evaluating any other row stops with an error naming the fix
+(``--limit N``), so a subset is never presented as the benchmark and never evaluated without evidence.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from ..apply import prompts
 from ..data.record import Record
 from ..fs import atomic_write_text
 from ..redact import redact
-from .prepass import PrepassSpec, distributed_rank, prepared_prefix, prepass_spec, read_packs, write_packs
+from ..errors import Medr2Error
+from .prepass import PrepassSpec, distributed_rank, prepass_spec, read_packs, write_packs
 
 log = logging.getLogger(__name__)
 RANK_WAIT_S = 7 * 24 * 3600  # ranks > 0 wait this long for rank 0's packs
@@ -33,34 +38,41 @@ def load_dataset(**kwargs):
     import datasets
 
     spec = prepass_spec(**kwargs)
-    spec, packs = packs_for(spec)
+    packs = packs_for(spec)
     rows = []
     for r, p in zip(spec.eval_records, packs):
         p = dict(p)
         rows.append({**r.to_doc(), "benchmark": spec.benchmark, "prefix": p.pop("prefix"),
                      "reasoning": p.pop("reasoning", None) or "", "provenance": json.dumps(p, ensure_ascii=False)})
+    prepared = len(rows)
+    for r in spec.unprepared:  # counted by lm-eval (n-samples.original), never evaluated: see _prefix
+        rows.append({**r.to_doc(), "benchmark": spec.benchmark, "prefix": None, "reasoning": "",
+                     "provenance": json.dumps({"unprepared": f"{spec.name}: first {prepared} items prepared"})})
     return datasets.DatasetDict(test=datasets.Dataset.from_list(rows))
 
 
-def packs_for(spec: PrepassSpec) -> tuple[PrepassSpec, list[dict]]:
+def packs_for(spec: PrepassSpec) -> list[dict]:
     """The task's packs: prepared by ``medr2 prepare`` (no model call here), else made in this process. Under
     ``accelerate launch`` only rank 0 makes them; the other ranks wait for its artifact."""
     packs = read_packs(spec.packs_path, spec)
     if packs is not None:
         log.info("%s: prepared packs %s (no pre-pass in this process)", spec.name, spec.packs_path)
-        return spec, packs
-    prefix = prepared_prefix(spec)
-    if prefix is not None:
-        log.warning("%s: using the packs `medr2 prepare --limit %d` made, so this task evaluates the first %d of "
-                    "its %d items only (run `medr2 prepare` without --limit for all of them)", spec.name,
-                    len(prefix.eval_records), len(prefix.eval_records), len(spec.eval_records))
-        return prefix, read_packs(prefix.packs_path, prefix)
+        return packs
     rank, world = distributed_rank()
     if rank > 0:
-        return spec, _wait_for_packs(spec, rank)
-    log.warning("%s: nothing prepared for these settings: running the pre-pass in this process (run `medr2 "
-                "prepare` first to keep role models off the target's device)", spec.name)
-    return spec, run_prepass(spec)[0]
+        return _wait_for_packs(spec, rank)
+    log.warning("%s: nothing prepared for these settings (%d items): running the pre-pass in this process (run "
+                "`medr2 prepare` first to keep role models off the target's device)", spec.name, len(spec.eval_records))
+    return run_prepass(spec)[0]
+
+
+def _prefix(doc: dict) -> str:
+    """The row's evidence prefix; a row past the prepared ``limit`` is an error, never a prompt without evidence."""
+    if doc["prefix"] is None:
+        raise Medr2Error(f"item {doc['id']} was not prepared: {json.loads(doc['provenance'])['unprepared']} (the task "
+                         "metadata's limit). Evaluate the same number with lm-eval's --limit, or drop the metadata "
+                         "limit to prepare and evaluate the whole benchmark")
+    return doc["prefix"]
 
 
 def _wait_for_packs(spec: PrepassSpec, rank: int) -> list[dict]:
@@ -80,8 +92,11 @@ def run_prepass(spec: PrepassSpec, write: bool = True, shard: str | None = None,
     cache); write its record (at ``record_path``, default the spec's) and, with ``write``, its packs."""
     from ..pipeline.medr2 import MedR2
 
-    packs, record = prepare_records(MedR2(spec.cfg, cache=cache), spec.benchmark, spec.eval_records, spec.demos)
-    record.update(benchmark=spec.benchmark, subject=spec.subject, key=spec.key, identity=spec.identity(), shard=shard)
+    packs, record = prepare_records(MedR2(spec.cfg, cache=cache), spec.benchmark, spec.eval_records, spec.demos,
+                                    spec.scoring)
+    record.update(benchmark=spec.benchmark, subject=spec.subject, key=spec.key, identity=spec.identity(), shard=shard,
+                  subset={"items": len(spec.eval_records), "of": len(spec.eval_records) + len(spec.unprepared)}
+                  if spec.limited else None)
     tokens = [p["prompt_tokens"] for p in packs if p.get("prompt_tokens") is not None]
     record["packed_tokens"] = {"items": len(tokens), "mean": round(sum(tokens) / len(tokens), 1) if tokens else None,
                                "max": max(tokens, default=None)}
@@ -94,15 +109,18 @@ def run_prepass(spec: PrepassSpec, write: bool = True, shard: str | None = None,
 PREPARE = {"medr2": "medr2_hooks.pipeline.run:prepare", "llm_amt": "medr2_hooks.pipeline.llm_amt:prepare"}
 
 
-def prepare_records(pipeline, benchmark: str, eval_records: list[Record], demos: list[Record]):
+def prepare_records(pipeline, benchmark: str, eval_records: list[Record], demos: list[Record],
+                    scoring: str = "letters"):
     """The pre-pass over records: stages get :meth:`Record.public` questions only; the demonstrations' own
-    answers go to the rendered demonstrations, and evaluation answers go nowhere but lm-eval's scorer."""
+    answers go to the rendered demonstrations (in the form ``scoring`` asks the target for), and evaluation
+    answers go nowhere but lm-eval's scorer."""
     from importlib import import_module
 
     module, func = PREPARE[pipeline.cfg.pipeline].split(":")
     prepare = getattr(import_module(module), func)
     return prepare(pipeline, benchmark, [r.public() for r in eval_records], [r.meta.get("pmid") for r in eval_records],
-                   [d.public() for d in demos], [d.answer for d in demos], [d.meta.get("pmid") for d in demos])
+                   [d.public() for d in demos], [d.answer for d in demos], [d.meta.get("pmid") for d in demos],
+                   scoring=scoring)
 
 
 def _write_record(record: dict, path: Path) -> None:
@@ -113,7 +131,7 @@ def _write_record(record: dict, path: Path) -> None:
 
 def doc_to_text(doc: dict) -> str:
     question = prompts.question_prompt(doc["benchmark"], Record.from_doc(doc).public())
-    return doc["prefix"] + prompts.with_reasoning(question, doc.get("reasoning"))
+    return _prefix(doc) + prompts.with_reasoning(question, doc.get("reasoning"))
 
 
 def doc_to_choice(doc: dict) -> list[str]:
@@ -125,7 +143,7 @@ def doc_to_target(doc: dict) -> int:
 
 
 def doc_to_text_generative(doc: dict) -> str:
-    """The generative variant: evidence and demonstrations, then the question with the CoT cue."""
-    from .generative import doc_to_text as question_with_cue
-
-    return doc["prefix"] + question_with_cue(doc)
+    """Generative scoring: demonstrations and evidence, then the question (with the method's reasoning where the
+    method gives the target one) and the cue to reason and answer."""
+    question = prompts.question_prompt(doc["benchmark"], Record.from_doc(doc).public())
+    return _prefix(doc) + prompts.generative_prompt(question, doc.get("reasoning"))

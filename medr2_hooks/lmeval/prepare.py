@@ -39,8 +39,11 @@ class Shard:
 
     @classmethod
     def parse(cls, text: str) -> "Shard":
+        import re
+
         head, sep, tail = text.partition("/")
-        if not (sep and head.isdigit() and tail.isdigit()) or not 0 <= int(head) < int(tail):
+        digits = re.compile(r"[0-9]{1,9}")  # ASCII digits: str.isdigit() accepts "²", which int() refuses
+        if not (sep and digits.fullmatch(head) and digits.fullmatch(tail)) or not 0 <= int(head) < int(tail):
             raise Medr2Error(f"--shard: expected i/n with 0 <= i < n (e.g. 0/4, or $SLURM_ARRAY_TASK_ID/4), "
                              f"found {text!r}")
         return cls(int(head), int(tail))

@@ -10,15 +10,17 @@ resolved method config, the roles' model ids, the index's hashes and the items �
 
 so a run finds exactly the pre-pass of its own tasks, concurrent runs with other settings never share one, and
 ``medr2 prepare`` (its own process, before any target model loads) hands its packs to the lm-eval hook. Packs
-live in the cache folder, which shards and nodes share.
+live in the cache folder, which shards and nodes share. A packs file carries the sha256 of its packs: one whose
+content no longer matches it (edited by hand, damaged) is refused with its name, never used.
 
-Plain ``lm_eval --limit N`` never shows N to a dataset hook: ``medr2 prepare --limit N`` therefore also writes a
-pointer for the task without a limit (``…__<key without items>.prepared.json``); the hook follows it when the
-prepared items are the first N of the task's items, evaluates those N only, and says so in the log.
+A subset is evaluated only by a run that asks for it: ``--metadata '{"limit": N}'`` (``medr2 eval --limit N`` sets
+it; plain ``lm_eval --limit N`` never shows N to a dataset hook) makes the pre-pass cover the first N items; a run
+without it covers the whole benchmark, whatever a ``medr2 prepare --limit`` left in the cache.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -26,7 +28,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import data, settings
+from .. import data, methods, settings
 from ..cache import stable_hash
 from ..config import ConfigError
 from ..data.record import Record
@@ -41,8 +43,12 @@ TRANSPORT = ("concurrency", "request_batch", "max_retries", "backoff", "timeout"
 
 
 def _method_identity(cfg: MethodConfig) -> dict:
+    """The resolved method config without how requests travel, and without credentials in endpoint URLs."""
+    from ..redact import public_url
+
     out = cfg.to_json()
-    strip = lambda spec: {k: v for k, v in spec.items() if k not in TRANSPORT}  # noqa: E731
+    strip = lambda spec: {k: public_url(v) if k == "base_url" and isinstance(v, str) else v  # noqa: E731
+                          for k, v in spec.items() if k not in TRANSPORT}
     out["llm"] = strip(out["llm"])
     out["roles"] = {role: strip(spec) for role, spec in out["roles"].items()}
     return out
@@ -65,6 +71,8 @@ class PrepassSpec:
     eval_records: list[Record]
     demos: list[Record]
     limited: bool = False  # the items are the first ``limit`` of the task's items
+    scoring: str = "letters"  # how the target answers: the demonstrations are rendered for it
+    unprepared: tuple[Record, ...] = ()  # the task's items after the limit: rows lm-eval must not evaluate
 
     def identity(self, items: bool = True) -> dict:
         from ..pipeline.identity import backend_identity
@@ -77,6 +85,8 @@ class PrepassSpec:
         out = {"benchmark": self.benchmark, "subject": self.subject, "split": self.split, "source": self.source,
                "method": _method_identity(self.cfg), "index": index,
                "models": {role: backend_identity(self.cfg.role(role)) for role in ROLES}}
+        if self.scoring != "letters":  # letter-scored packs keep the identity they had before scorings existed
+            out["scoring"] = self.scoring
         if items:
             out.update(eval_ids=[r.id for r in self.eval_records], demo_ids=[r.id for r in self.demos])
             if data.benchmark(self.benchmark).declaration is not None:
@@ -102,25 +112,25 @@ class PrepassSpec:
     def packs_path(self) -> Path:
         return settings.cache_dir() / "packs" / f"{self.name}__{self.key}.json"
 
-    @property
-    def pointer_path(self) -> Path:
-        """Where ``medr2 prepare --limit`` says which prefix of the task's items it prepared."""
-        return settings.cache_dir() / "packs" / f"{self.name}__{stable_hash(self.identity(items=False))[:20]}.prepared.json"
-
     def shard(self, index: int, count: int) -> "PrepassSpec":
         """Items ``index, index + count, …`` of the evaluation items and of the demonstrations (deterministic)."""
-        return PrepassSpec(self.benchmark, self.subject, self.split, self.source, self.cfg,
-                           self.eval_records[index::count], self.demos[index::count], self.limited)
+        return dataclasses.replace(self, eval_records=self.eval_records[index::count], demos=self.demos[index::count])
 
 
-def prepass_spec(benchmark: str, method: dict | None = None, variant: dict | None = None, source: str = "local",
+def prepass_spec(benchmark: str, method: str = "medr2", scoring: str = "letters", source: str = "local",
                  data_dir: str | None = None, subject: str | None = None, limit: int | None = None,
                  split: str | None = None, trained_items: list[str] | None = None,
                  cases_file: str | dict | None = None, **metadata) -> PrepassSpec:
     """The pre-pass of a task from the keyword arguments lm-eval gives its ``custom_dataset`` hook (task
-    metadata merged with ``--metadata``, then ``dataset_kwargs``)."""
-    # settings: the template's method, the task's variant (e.g. Med-R²-CoT), then the user's overrides
-    merged = merge(merge(method or {}, variant or {}), metadata.pop("method_override", {}) or {})
+    metadata merged with ``--metadata``, then ``dataset_kwargs``: benchmark, method name, scoring, subject)."""
+    named = methods.method(method)
+    if not named.retrieval:
+        raise ConfigError(f"{benchmark}: method {method!r} has no pre-pass (retrieval methods: "
+                          f"{', '.join(methods.retrieval_methods())})")
+    if scoring not in methods.SCORINGS:
+        raise ConfigError(f"{benchmark}: scoring {scoring!r}; valid: {', '.join(methods.SCORINGS)}")
+    # settings: the method's registry entry over MethodConfig's defaults, then the user's overrides
+    merged = merge(named.variant(), metadata.pop("method_override", {}) or {})
     cfg = MethodConfig.from_dict(merged, f"{benchmark} method")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0):
         raise ConfigError(f"{benchmark}: metadata limit must be a number >= 0, found {limit!r}")
@@ -128,53 +138,61 @@ def prepass_spec(benchmark: str, method: dict | None = None, variant: dict | Non
     eval_records = select(pools.eval, subject, split)
     refuse_trained(benchmark, eval_records, trained_items, limit)
     limited = bool(limit) and int(limit) < len(eval_records)
-    if limit:
+    rest = tuple(eval_records[int(limit):]) if limited else ()
+    if limited:
         eval_records = eval_records[: int(limit)]
     demos = pools.demos[: cfg.max_demos] if cfg.max_demos is not None else pools.demos
-    return PrepassSpec(benchmark, subject, split, source, cfg, list(eval_records), list(demos), limited)
+    return PrepassSpec(benchmark, subject, split, source, cfg, list(eval_records), list(demos), limited, scoring, rest)
 
 
 # -- packs: the artifact the hook reads ----------------------------------------------------------------------
+def _digest(packs: list[dict]) -> str:
+    return hashlib.sha256(json.dumps(packs, ensure_ascii=False, sort_keys=True).encode("utf-8")).hexdigest()
+
+
 def write_packs(spec: PrepassSpec, packs: list[dict]) -> tuple[Path, str]:
-    """Write the packs artifact atomically; ``(path, sha256 of its bytes)``. With a limit, also the pointer
-    that plain ``lm_eval --limit`` runs follow."""
+    """Write the packs artifact atomically, with the sha256 of its packs; ``(path, sha256 of its bytes)``."""
     path = spec.packs_path
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"key": spec.key, "identity": spec.identity(), "packs": packs}, ensure_ascii=False,
-                      sort_keys=True)
+    text = json.dumps({"key": spec.key, "identity": spec.identity(), "packs": packs, "packs_sha256": _digest(packs)},
+                      ensure_ascii=False, sort_keys=True)
     atomic_write_text(path, text)
-    if spec.limited:
-        atomic_write_text(spec.pointer_path, json.dumps({"packs": path.name, "items": len(spec.eval_records)}))
     return path, hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def read_packs(path: Path, spec: PrepassSpec) -> list[dict] | None:
-    """The packs of ``spec`` at ``path`` (None when absent or made for other content)."""
+    """The packs of ``spec`` at ``path`` (None when absent, unreadable or made for other content). Packs whose
+    content does not match the sha256 written with them, or whose file does not match the sha256 the pre-pass
+    record of this results folder holds, are refused: a DataError naming the file."""
+    from ..errors import DataError
+
     try:
-        stored = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        stored = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         return None
-    except json.JSONDecodeError:
+    except (UnicodeDecodeError, json.JSONDecodeError):
         log.warning("prepared packs %s are damaged: ignored (the pre-pass runs again)", path)
         return None
-    if stored.get("key") != spec.key or len(stored.get("packs", [])) != len(spec.eval_records):
+    if not isinstance(stored, dict) or stored.get("key") != spec.key or \
+            len(stored.get("packs") or []) != len(spec.eval_records):
         return None
+    if stored.get("packs_sha256") != _digest(stored["packs"]):
+        raise DataError(f"prepared packs {path} do not match the sha256 written with them (edited by hand or "
+                        "damaged): delete the file and run `medr2 prepare` again")
+    recorded = _recorded_sha256(spec, path)
+    if recorded is not None and recorded != hashlib.sha256(raw).hexdigest():
+        raise DataError(f"prepared packs {path} do not match the sha256 their pre-pass record {spec.record_path} "
+                        "holds: delete the file and run `medr2 prepare` again")
     return stored["packs"]
 
 
-def prepared_prefix(spec: PrepassSpec) -> PrepassSpec | None:
-    """When the task's own items were not prepared but ``medr2 prepare --limit N`` prepared its first N items:
-    the spec of those N (the hook then evaluates them only)."""
+def _recorded_sha256(spec: PrepassSpec, path: Path) -> str | None:
     try:
-        pointer = json.loads(spec.pointer_path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        packs = json.loads(spec.record_path.read_text(encoding="utf-8")).get("packs") or {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
         return None
-    n = int(pointer.get("items", 0))
-    if not 0 < n < len(spec.eval_records):
-        return None
-    prefix = PrepassSpec(spec.benchmark, spec.subject, spec.split, spec.source, spec.cfg, spec.eval_records[:n],
-                         spec.demos, True)
-    return prefix if prefix.packs_path.is_file() else None
+    return packs.get("sha256") if Path(packs.get("packs", "")) == path else None
 
 
 def distributed_rank() -> tuple[int, int]:

@@ -11,8 +11,9 @@ from ..errors import UnknownNameError
 def task_manager(include_defaults: bool = False, metadata: dict | None = None):
     """Our tasks only by default: skips indexing lm-eval's ~14,000 built-in YAML files (~10 s).
     ``metadata`` reaches every task's dataset hook (lm-eval merges it over the YAML metadata)."""
-    from .usertasks import include_paths, user_task_files
+    from .usertasks import include_paths, sync, user_task_files
 
+    sync()  # a declared benchmark's tasks follow the registries
     files = user_task_files()
     paths = include_paths(files)
     # the user's task files are part of the key: a benchmark registered since the last call is seen

@@ -23,22 +23,24 @@ from ..cache import stable_hash
 from ..errors import Medr2Error
 from ..fs import atomic_write_text, safe_component
 from ..llm import embedded
-from ..redact import redact
+from ..redact import redact, redacted_argv
 from .registry import check_tasks
 
 # Gemma-3 has a 262,144-token vocabulary and lm-eval's hf backend keeps full-vocabulary float32 logits per
 # batch: batch 16 was killed at 24 GB on MMLU-Med prompts, batch 4 runs (method-notes §7). Retrieval tasks
 # carry ~2,000-token prompts: batch 4 peaked at 23.4 GB there, so they get batch 1.
 EMBEDDED_BATCH_SIZE = {"embedded:gemma-270m": 4, "embedded:smollm2-135m-instruct": 8}
-LONG_PROMPT_TASKS = ("medr2", "vanilla_rag", "llm_amt")
 # lm-eval models of this package, registered lazily (lm-eval's placeholders: imported when a run asks for one)
 CONTINUATION_MODEL = "hf-continuation"
 MODELS = {CONTINUATION_MODEL: "medr2_hooks.lmeval.hf_continuation:ContinuationHFLM"}
 
 
 def default_batch_size(model: str, tasks: list[str]) -> int | None:
+    """The safe batch of an embedded model: 1 when a task carries a retrieval method's long prompts."""
+    from .. import methods
+
     size = EMBEDDED_BATCH_SIZE.get(model)
-    if size and any(marker in task for task in tasks for marker in LONG_PROMPT_TASKS):
+    if size and any(f"_{m}" in task for task in tasks for m in methods.retrieval_methods()):
         return 1
     return size
 
@@ -155,10 +157,12 @@ def prepass_records(configs: dict) -> dict:
     that determines it (benchmark, subject, resolved method config, items), never by file times."""
     from .prepass import prepass_spec
 
+    from .. import methods
+
     out = {}
     for task, tcfg in configs.items():
         metadata, kwargs = dict(tcfg.get("metadata") or {}), dict(tcfg.get("dataset_kwargs") or {})
-        if "method" not in metadata or "benchmark" not in kwargs:
+        if kwargs.get("method") not in methods.retrieval_methods():
             continue  # not a retrieval task: no pre-pass
         path = prepass_spec(**{**metadata, **kwargs}).record_path
         out[task] = json.loads(path.read_text()) if path.is_file() else {"missing": str(path)}
@@ -166,6 +170,12 @@ def prepass_records(configs: dict) -> dict:
         if shards:  # the records of the shards that filled the cache the packs were assembled from
             out[task]["shards"] = [json.loads(p.read_text()) for p in shards]
     return out
+
+
+def subsets(n_samples: dict) -> dict:
+    """The tasks this run evaluated only part of: ``{task: {"items": evaluated, "of": the benchmark's}}``."""
+    return {task: {"items": n["effective"], "of": n["original"]} for task, n in n_samples.items()
+            if n.get("effective") is not None and n["effective"] < n.get("original", 0)}
 
 
 def prepare_in_subprocess(tasks: list[str], metadata: dict) -> dict:
@@ -302,6 +312,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         "results": results["results"],
         "groups": results.get("groups", {}),
         "n_samples": results.get("n-samples", {}),
+        "subset": subsets(results.get("n-samples", {})),
     })
     atomic_write_text(out_dir / "run.json", json.dumps(record, indent=2, ensure_ascii=False, default=str))
 
@@ -311,6 +322,8 @@ def run_eval(cfg: EvalConfig) -> dict:
     print(make_table(results))
     if results.get("groups"):
         print(make_table(results, "groups"))
+    for task, part in record["subset"].items():
+        print(f"{task}: a subset, {part['items']} of its {part['of']} items (not the benchmark's score)")
     print(f"results: {out_dir}  (wall {wall:.1f} s, peak RSS {record['peak_rss_mb']:.0f} MB)")
     results["samples"] = samples
     results["run_record"] = record
@@ -347,7 +360,8 @@ def _log_wandb(cfg: EvalConfig, name: str, results: dict, samples: dict | None, 
         "mode": os.environ.get("WANDB_MODE", "offline"),
         "config": {k: v for k, v in record.items() if k not in ("results", "groups")},
     }
-    logger = WandbLogger(init_args=init)
+    with redacted_argv():  # W&B records the command line, where --metadata/--model_args may hold credentials
+        logger = WandbLogger(init_args=init)
     logger.post_init(results)
     logger.log_eval_result()
     # lm-eval 0.4.13's WandbLogger.log_eval_samples fails on its own sample format; a table per task here.

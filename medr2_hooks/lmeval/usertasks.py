@@ -1,11 +1,12 @@
 """lm-eval tasks for the user's declared benchmarks, kept under ``$MEDR2_CONFIG_DIR/tasks/<name>/``.
 
-Each declared benchmark gets one task per method, ``<name>_<method>``, written as the shipped tasks are: a YAML
-that includes the shipped template (``tasks/direct/_direct_template_yaml`` or ``tasks/medr2/_medr2_template_yaml``,
-by absolute path) and names the benchmark and the method's variant. The TaskManager of ``medr2 eval`` and
-``medr2 sweep`` reads both folders. lm-eval's own ``--include_path`` takes one folder, so
-:func:`lm_eval_folder` gives it one: the shipped tasks when the user has none, else a folder of one-line
-``include:`` stubs of every shipped and every user task (rewritten on each call, so it never goes stale).
+A declared benchmark gets the tasks a shipped one gets, generated from the same registries
+(:func:`medr2_hooks.lmeval.taskgen.benchmark_files`: every method × scoring, ``<name>_<method>[_gen]``), each
+including the shipped template by absolute path. :func:`sync` rewrites them whenever the registry or the templates'
+folder has changed since they were written, so they never go stale. The TaskManager of ``medr2 eval`` and
+``medr2 sweep`` reads both folders. lm-eval's own ``--include_path`` takes one folder, so :func:`lm_eval_folder`
+gives it one: the shipped tasks when the user has none, else a folder of one-line ``include:`` stubs of every
+shipped and every user task (rewritten on each call, so it never goes stale).
 """
 
 from __future__ import annotations
@@ -16,18 +17,7 @@ from pathlib import Path
 import yaml
 
 from .. import settings
-from ..fs import atomic_write_text
-
-# method -> (shipped template, the variant its tasks set); the same variants as tasks/medr2/*_<method>.yaml
-METHODS = {
-    "direct": ("direct/_direct_template_yaml", None),
-    "vanilla_rag": ("medr2/_medr2_template_yaml", {"method": "vanilla_rag", "retrievers": ["dense"], "classify": False,
-                                                   "reformulate": False, "rerank": False, "cot": False}),
-    "llm_amt": ("medr2/_medr2_template_yaml", {"method": "llm_amt", "pipeline": "llm_amt"}),
-    "medr2": ("medr2/_medr2_template_yaml", None),
-    "medr2_cot": ("medr2/_medr2_template_yaml", {"method": "medr2_cot", "cot_in_first_query": True}),
-}
-
+from ..fs import atomic_write_text, safe_component
 
 def user_tasks_dir() -> Path:
     return settings.config_dir() / "tasks"
@@ -45,43 +35,89 @@ def include_paths(user_files: list[Path] | None = None) -> list[Path]:
     return [settings.tasks_dir(), *([user_tasks_dir()] if files else [])]
 
 
-def task_config(benchmark: str, method: str) -> dict:
-    template, variant = METHODS[method]
-    cfg = {"include": str(settings.tasks_dir() / template), "task": f"{benchmark}_{method}"}
-    if method == "direct":
-        cfg["metadata"] = {"version": 1.0, "benchmark": benchmark}
-    else:
-        cfg["dataset_kwargs"] = {"benchmark": benchmark, **({"variant": variant} if variant else {})}
-    return cfg
+MADE_BY = "# made by `medr2 "  # the first line of every task file this module writes (and removes)
 
 
-def write_tasks(benchmark: str, origin: str) -> list[str]:
-    """One task YAML per method for a registered benchmark; returns the task names."""
+def task_files(benchmark: str) -> dict[str, str]:
+    """``{file name: text}`` of a declared benchmark's tasks."""
+    from .. import data
+    from .taskgen import benchmark_files, render
+
+    head = f"{MADE_BY}benchmark add`; remove with `medr2 benchmark remove {benchmark}`\n"
+    templates = str(settings.tasks_dir() / "templates")
+    return {name: head + render(cfg) for name, cfg in benchmark_files(data.benchmark(benchmark), templates).items()}
+
+
+def write_tasks(benchmark: str) -> list[str]:
+    """One task YAML per method and scoring for a registered benchmark; returns the task names."""
     folder = user_tasks_dir() / benchmark
     remove_tasks(benchmark)
-    folder.mkdir(parents=True)
-    names = []
-    for method in METHODS:
-        cfg = task_config(benchmark, method)
-        head = f"# made by `medr2 benchmark add {origin}`; remove with `medr2 benchmark remove {benchmark}`\n"
-        atomic_write_text(folder / f"{cfg['task']}.yaml", head + yaml.safe_dump(cfg, sort_keys=False))
-        names.append(cfg["task"])
-    return names
+    folder.mkdir(parents=True, exist_ok=True)
+    files = task_files(benchmark)
+    for name, text in files.items():
+        atomic_write_text(folder / name, text)
+    return [name.removesuffix(".yaml") for name in files]
+
+
+def sync() -> None:
+    """Rewrite each declared (not wrapped) benchmark's tasks whose files differ from what the registries make now."""
+    from ..data.user import declarations
+
+    for name, decl in declarations().items():
+        if decl.wraps is not None:
+            continue
+        folder = user_tasks_dir() / name
+        want = task_files(name)
+        have = {p.name: p.read_text(encoding="utf-8") for p in folder.glob("*.yaml")} if folder.is_dir() else {}
+        if have != want:
+            write_tasks(name)
+
+
+def check_names(name: str, style: str, where: str) -> None:
+    """Error when a benchmark ``name`` or a task it would get is a shipped task or group (the user's tasks would
+    shadow them: ``name: medr2_qa`` would make ``medr2_qa_medr2`` the user's task) or another registered
+    benchmark's task (``x`` and ``x_vanilla`` would both make ``x_vanilla_rag``)."""
+    from .. import data, methods
+    from ..config import ConfigError
+    from .taskgen import shipped_files
+
+    def names(bench: str, bench_style: str) -> set[str]:
+        return {bench} | {methods.task_name(bench, m, s, bench_style) for m in methods.task_methods()
+                          for s in methods.scorings_for(bench_style)}
+
+    if name in data.BENCHMARKS:
+        raise ConfigError(f"{where}: name {name!r} is a built-in benchmark; choose another name")
+    own = names(name, style)
+    taken = {cfg.get("group") or cfg["task"]: "a shipped task or group" for cfg in shipped_files().values()}
+    for other, bench in data.declared_benchmarks().items():
+        if other != name:
+            taken.update(dict.fromkeys(names(other, bench.style), f"a task of the registered benchmark {other!r}"))
+    clash = sorted(own & set(taken))
+    if clash:
+        raise ConfigError(f"{where}: benchmark name {name!r} would make task {clash[0]!r}, which is "
+                          f"{taken[clash[0]]}; choose another name")
 
 
 def write_task(folder_name: str, cfg: dict, header: str) -> Path:
-    """A single user task YAML (``medr2 wrap``)."""
-    folder = user_tasks_dir() / folder_name
+    """A single user task YAML (``medr2 wrap``); ``header`` starts with :data:`MADE_BY`."""
+    assert header.startswith(MADE_BY)
+    folder = user_tasks_dir() / safe_component(folder_name, "task folder")
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{cfg['task']}.yaml"
+    path = folder / f"{safe_component(cfg['task'], 'task name')}.yaml"
     atomic_write_text(path, header + yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
     return path
 
 
 def remove_tasks(folder_name: str) -> None:
-    folder = user_tasks_dir() / folder_name
-    if folder.is_dir():
-        shutil.rmtree(folder)
+    """Delete the task files this module wrote for a benchmark (nothing else), then their folder when empty."""
+    folder = user_tasks_dir() / safe_component(folder_name, "benchmark name")
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    for path in folder.glob("*.yaml"):
+        if path.is_file() and not path.is_symlink() and path.read_text(encoding="utf-8").startswith(MADE_BY):
+            path.unlink()
+    if not any(folder.iterdir()):
+        folder.rmdir()
 
 
 def lm_eval_folder() -> Path:

@@ -5,7 +5,7 @@ A wrap is two files the command writes under ``$MEDR2_CONFIG_DIR``:
 - a benchmark declaration ``wrap_<task>`` (:mod:`medr2_hooks.data.declared`): the built-in's test split as the
   evaluated rows, its few-shot split as the demonstration rows, and a field mapping that reads question, options
   and answer from the built-in's documents (hub layout);
-- a task ``wrap_<task>_<method>`` that includes the built-in task's YAML and ``tasks/wrap/_wrap_template_yaml``.
+- a task ``wrap_<task>_<method>`` that includes the built-in task's YAML and ``tasks/templates/_wrap_yaml``.
 
 :func:`load_dataset` returns the built-in's own rows, each test row with one more column, ``medr2_description``
 (the built-in description, then the method's demonstrations and evidence), which lm-eval puts before the
@@ -16,10 +16,9 @@ The wrapped prompt is the built-in's, so the pre-pass chain of thought is not in
 
 from __future__ import annotations
 
-from .. import data, settings
+from .. import data, methods
 from ..config import ConfigError
 from ..data import declared
-from .usertasks import METHODS
 
 # field mappings of lm-eval built-ins whose hub rows we know; others need --fields
 KNOWN = {
@@ -69,14 +68,6 @@ def splits(cfg: dict) -> list[str]:
     return sorted({cfg[k] for k in ("test_split", "fewshot_split", "training_split", "validation_split") if cfg.get(k)})
 
 
-def method_settings() -> dict:
-    """The shipped Med-R² template's method settings (``tasks/medr2/_medr2_template_yaml``)."""
-    from lm_eval.tasks._yaml_loader import load_yaml as lm_load_yaml
-
-    template = settings.tasks_dir() / "medr2" / "_medr2_template_yaml"
-    return lm_load_yaml(template, resolve_func=False, recursive=False)["metadata"]["method"]
-
-
 def load_dataset(benchmark: str, wrap_method: str, description: str = "", test_split: str = "test",
                  all_splits: list[str] | None = None, limit: int | None = None,
                  method_override: dict | None = None, **metadata):
@@ -87,13 +78,13 @@ def load_dataset(benchmark: str, wrap_method: str, description: str = "", test_s
     decl = data.benchmark(benchmark).declaration
     if decl is None or decl.wraps is None:
         raise ConfigError(f"{benchmark} is not a wrap; make one with `medr2 wrap <lm-eval task> --method ...`")
-    if wrap_method not in METHODS:
-        raise ConfigError(f"wrap_method {wrap_method!r}; valid: {', '.join(METHODS)}")
+    if wrap_method not in methods.task_methods():
+        raise ConfigError(f"wrap_method {wrap_method!r}; valid: {', '.join(methods.task_methods())}")
     test = [row for _, _, row in declared.rows(decl.source, decl.fields.columns(), decl.origin)]
     demos = [row for _, _, row in declared.rows(decl.demos, decl.fields.columns(), decl.origin)] if decl.demos else []
     if limit is not None:
         test = test[: int(limit)]
-    if wrap_method == "direct":
+    if not methods.method(wrap_method).retrieval:
         prefixes = [""] * len(test)
     else:
         prefixes = _prefixes(benchmark, wrap_method, limit, method_override, len(test))
@@ -110,9 +101,8 @@ def _prefixes(benchmark: str, method: str, limit, override: dict | None, n: int)
     from .medr2 import packs_for
     from .prepass import prepass_spec
 
-    spec = prepass_spec(benchmark, method=method_settings(), variant=METHODS[method][1], limit=limit,
-                        method_override=override or {})
-    spec, packs = packs_for(spec)
+    spec = prepass_spec(benchmark, method=method, limit=limit, method_override=override or {})
+    packs = packs_for(spec)
     if len(packs) != n:
         raise ConfigError(f"{benchmark}: {len(packs)} packs for {n} test rows (the declaration's rows changed?)")
     return [p["prefix"] for p in packs]

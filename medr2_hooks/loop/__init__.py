@@ -1,7 +1,7 @@
 """Alg. 2 bookkeeping: semantic stability μ_t and the termination rule.
 
 ``μ_t = ‖mean E(S_c^t) − mean E(S_c^{t−1})‖`` — the shift of the coarse set's embedding centroid between
-consecutive iterations. Stop at iteration t when ``Acc_t / μ_t > δ`` (δ = 6.85). Rules where the paper is
+consecutive iterations. Stop at iteration t when ``Acc_t / μ_t > δ`` (δ: ``MethodConfig.delta``). Rules where the paper is
 silent: at t = 1 there is no previous set, so μ_1 is undefined and iteration 1 never stops the loop;
 μ_t = 0 (the same set again) stops the loop when Acc_t > 0 (the ratio is +∞) and not when Acc_t = 0
 (0/0 is taken as 0); without a stop, the result of iteration T is kept.
@@ -12,10 +12,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
-DELTA = 6.85
-MAX_ITERATIONS = 5
-
 
 def centroid(embeddings: np.ndarray) -> np.ndarray | None:
     return None if len(embeddings) == 0 else np.asarray(embeddings, dtype=np.float64).mean(axis=0)
@@ -36,6 +32,6 @@ def ratio(acc: float, mu: float | None) -> float | None:
     return acc / mu
 
 
-def should_stop(acc: float, mu: float | None, delta: float = DELTA) -> bool:
+def should_stop(acc: float, mu: float | None, delta: float) -> bool:
     r = ratio(acc, mu)
     return r is not None and r > delta

@@ -72,6 +72,11 @@ class MethodConfig:
         unknown = sorted(set(self.roles) - set(ROLES))
         if unknown:
             raise ValueError(f"unknown role {unknown[0]!r}; valid roles: {', '.join(ROLES)}")
+        from ..llm import check_spec
+
+        check_spec(self.llm, "llm")
+        for role, spec in self.roles.items():
+            check_spec(spec, f"roles.{role}")
         if self.unit not in ("passage", "document"):
             raise ValueError(f"unit must be passage or document, found {self.unit!r}")
         if self.label_scoring not in ("letters", "token_mean"):

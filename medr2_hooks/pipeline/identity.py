@@ -11,5 +11,7 @@ def backend_identity(spec: dict) -> str:
 
         return f"hf:{model}@{weights_revision(resolve(model))}"
     if kind == "openai":
-        return f"openai:{model}@{spec.get('base_url', 'default')}"
+        from ..redact import public_url
+
+        return f"openai:{model}@{public_url(spec['base_url']) if spec.get('base_url') else 'default'}"
     return f"{kind}:{model}@{spec.get('revision', 'main')}"

@@ -100,9 +100,10 @@ def refine(m: MedR2, questions: list[str], queries: list[str], candidates: list[
 
 
 def prepare(m: MedR2, benchmark: str, questions: list[Question], pmids: list[str | None],
-            demos: list[Question], demo_answers: list[str], demo_pmids: list[str | None]) -> tuple[list[dict], dict]:
+            demos: list[Question], demo_answers: list[str], demo_pmids: list[str | None],
+            scoring: str = "letters") -> tuple[list[dict], dict]:
     """Evidence packs for ``questions``: kept knowledge as the prefix and the reader's CoT as ``reasoning``.
-    LLM-AMT's reader is zero-shot, so the demonstration pool is not used."""
+    LLM-AMT's reader is zero-shot, so the demonstration pool is not used (and ``scoring`` renders nothing)."""
     started = time.perf_counter()
     cfg = m.cfg
     augmented = augment(m, questions)

@@ -9,7 +9,7 @@ import numpy as np
 from .. import cot as cot_stage
 from .. import loop
 from ..apply.pack import pack
-from ..apply.prompts import question_prompt, with_reasoning
+from ..apply.prompts import demonstration, question_prompt, with_reasoning
 from ..data.record import Question
 from ..reformulate import iteration_query
 from .medr2 import GENERATION_VERSION, MedR2
@@ -95,18 +95,21 @@ def render_evidence(texts: list[str]) -> str:
     return "Evidence:\n" + "\n".join(f"[{i}] {t.strip()}" for i, t in enumerate(texts, 1)) + "\n\n" if texts else ""
 
 
-def render_demo(benchmark: str, q: Question, answer: str, evidence: list[str], cot: str | None) -> str:
-    return f"{render_evidence(evidence)}{with_reasoning(question_prompt(benchmark, q), cot)} {answer}\n\n"
+def render_demo(benchmark: str, q: Question, answer: str, evidence: list[str], cot: str | None,
+                scoring: str = "letters") -> str:
+    return f"{render_evidence(evidence)}{demonstration(question_prompt(benchmark, q), answer, cot, scoring)}\n\n"
 
 
 def prepare(m: MedR2, benchmark: str, questions: list[Question], pmids: list[str | None],
-            demos: list[Question], demo_answers: list[str], demo_pmids: list[str | None]) -> tuple[list[dict], dict]:
-    """Evidence packs for ``questions`` (prompt prefix + provenance) and the run record."""
+            demos: list[Question], demo_answers: list[str], demo_pmids: list[str | None],
+            scoring: str = "letters") -> tuple[list[dict], dict]:
+    """Evidence packs for ``questions`` (prompt prefix + provenance) and the run record; the demonstrations are
+    rendered for ``scoring`` (letters: ``Answer: X``; generative: reasoning, then ``the answer is (X)``)."""
     started = time.perf_counter()
     states = iterate(m, questions + demos, pmids + demo_pmids)
     q_states, d_states = states[: len(questions)], states[len(questions):]
     demo_texts = [render_demo(benchmark, q, a, [h["text"] for h in s.get("evidence", [])[: m.cfg.demo_evidence]],
-                              s["cot"]) for q, a, s in zip(demos, demo_answers, d_states)] if m.cfg.cot else []
+                              s["cot"], scoring) for q, a, s in zip(demos, demo_answers, d_states)] if m.cfg.cot else []
     demo_tokens = m.target_tokens(demo_texts)
     packs = []
     with m.stage("pack"):

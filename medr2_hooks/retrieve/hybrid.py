@@ -41,10 +41,10 @@ def fuse(ranked: dict[str, Sequence[tuple[Hashable, float]]], mode: str = "union
         for rank, (key, score) in enumerate(items):
             key_ranks = ranks.get(key)
             if key_ranks is None:
-                ranks[key], scores[key], fused_score[key] = {name: rank}, {name: float(score)}, 1.0 / (rrf_k + rank + 1)
+                ranks[key], scores[key], fused_score[key] = {name: rank}, {name: float(score)}, rrf_score(rank, rrf_k)
             elif name not in key_ranks:  # a retriever lists each unit once; keep its best rank
                 key_ranks[name], scores[key][name] = rank, float(score)
-                fused_score[key] += 1.0 / (rrf_k + rank + 1)
+                fused_score[key] += rrf_score(rank, rrf_k)
     order = sorted(ranks, key=fused_score.__getitem__, reverse=True)  # stable: ties keep first-seen order
     fused = [Fused(key, scores[key], ranks[key], fused_score[key]) for key in order]
     return fused if mode == "union" or k is None else fused[:k]

@@ -1,0 +1,137 @@
+"""The one registry of named methods and scorings: everything that names a method reads it from here.
+
+A :class:`Method` is a name, the settings it changes over :class:`~medr2_hooks.pipeline.config.MethodConfig`'s
+defaults (``None``: no pre-pass, the question alone) and where it comes from in the paper. The lm-eval task YAMLs
+under ``tasks/`` are generated from methods × benchmarks × scorings (:mod:`medr2_hooks.lmeval.taskgen`); the
+experiment configs, ``medr2 benchmark add``, ``medr2 wrap`` and the run record read the same entries. Adding a
+method is one entry in :data:`METHODS`, then ``make tasks``.
+
+A :class:`Scoring` is how the target's answer is scored: ``letters`` (the log-likelihood of each option label
+after ``Answer:``, as lm-eval's built-in ``medqa_4options``, ``medmcqa`` and ``mmlu_*`` score) or ``generative``
+(the target writes its reasoning, then its answer; strict extraction, an unparsable answer is ``[invalid]`` and
+wrong, the invalid rate is reported). Free-text benchmarks (RareArena's diagnosis lists) have only the generative
+scoring, under the plain task name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+from types import MappingProxyType
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    title: str  # the row label in reports
+    settings: MappingProxyType | None  # MethodConfig fields over its defaults; None: no pre-pass (direct response)
+    paper: str  # where the method is defined
+    task_method: str | None = None  # whose tasks it evaluates when it has none of its own (finetune: direct's)
+
+    @property
+    def retrieval(self) -> bool:
+        return self.settings is not None
+
+    @property
+    def has_tasks(self) -> bool:
+        return self.task_method is None
+
+    def variant(self) -> dict:
+        """The MethodConfig settings this method sets (a fresh dict)."""
+        return {"method": self.name, **dict(self.settings or {})}
+
+    def stages(self) -> tuple[str, ...]:
+        """The pipeline stages the method runs, in EBM order."""
+        if not self.retrieval:
+            return ()
+        from .pipeline.config import MethodConfig
+
+        cfg = MethodConfig.from_dict(self.variant(), f"method {self.name}")
+        if cfg.pipeline == "llm_amt":
+            return ("augment", "retrieve", "rerank", "refine", "cot", "apply")
+        steps = [("classify", cfg.classify), ("reformulate", cfg.reformulate), ("retrieve", True),
+                 ("rerank", cfg.rerank), ("cot", cfg.cot), ("loop", cfg.cot), ("apply", True)]
+        return tuple(name for name, on in steps if on)
+
+
+def _m(name: str, title: str, settings: dict | None, paper: str, task_method: str | None = None) -> Method:
+    return Method(name, title, None if settings is None else MappingProxyType(settings), paper, task_method)
+
+
+_SWITCHES = {"q": "reformulate", "r": "rerank", "c": "cot"}
+_PARTS = {"q": "Query Reformulator", "r": "Evidence Reranker", "c": "CoT Generator"}
+
+
+def _ablation(flags: str) -> Method:
+    return _m(f"ablation_{flags}", "+ " + ", ".join(_PARTS[f] for f in flags),
+              {switch: flag in flags for flag, switch in _SWITCHES.items()},
+              "Table 10 (q: query reformulator, r: evidence reranker, c: CoT generator)")
+
+
+METHODS: dict[str, Method] = {m.name: m for m in (
+    _m("direct", "Direct Response", None, "§4.2: the question alone"),
+    _m("vanilla_rag", "Vanilla RAG",
+       {"retrievers": ["dense"], "classify": False, "reformulate": False, "rerank": False, "cot": False},
+       "§4.2: the raw question, dense retrieval, the top evidence in the window"),
+    _m("llm_amt", "LLM-AMT", {"pipeline": "llm_amt"},
+       "§4.2, C.2: query augmenter, hybrid retrieval, self-refiner filters, reader CoT"),
+    _m("medr2", "Med-R²", {}, "§3, Alg. 2"),
+    _m("medr2_cot", "Med-R²-CoT", {"cot_in_first_query": True}, "§5, Figure 4: the CoT in the query from t = 1"),
+    *(_ablation("".join(c)) for n in (1, 2, 3) for c in combinations("qrc", n)),
+    _m("finetune", "Fine-tuning", None, "§4.2: full-parameter SFT, then the direct task", task_method="direct"),
+)}
+ABLATIONS = tuple(name for name in METHODS if name.startswith("ablation_"))
+
+
+@dataclass(frozen=True)
+class Scoring:
+    name: str
+    suffix: str  # appended to the task name
+    title: str
+
+
+SCORINGS: dict[str, Scoring] = {s.name: s for s in (
+    Scoring("letters", "", "log-likelihood of the option label (lm-eval's built-in multiple-choice scoring)"),
+    Scoring("generative", "_gen", "the target reasons, then answers; strict extraction, [invalid] counted wrong"),
+)}
+FREE_TEXT_STYLES = ("diagnosis",)  # benchmarks without options: generative only, under the plain task name
+
+
+def method(name: str) -> Method:
+    from .errors import UnknownNameError
+
+    if name not in METHODS:
+        raise UnknownNameError("method", name, list(METHODS))
+    return METHODS[name]
+
+
+def task_methods() -> list[str]:
+    """The methods that have lm-eval tasks of their own."""
+    return [m.name for m in METHODS.values() if m.has_tasks]
+
+
+def retrieval_methods() -> list[str]:
+    return [m.name for m in METHODS.values() if m.retrieval]
+
+
+def scorings_for(style: str) -> tuple[str, ...]:
+    """The scorings a benchmark of this prompt style has."""
+    return ("generative",) if style in FREE_TEXT_STYLES else tuple(SCORINGS)
+
+
+def suffix(style: str, scoring: str) -> str:
+    """The task-name suffix of ``scoring`` for a benchmark of ``style`` (free text: always the plain name)."""
+    if scoring not in SCORINGS:
+        from .errors import UnknownNameError
+
+        raise UnknownNameError("scoring", scoring, list(SCORINGS))
+    return "" if style in FREE_TEXT_STYLES else SCORINGS[scoring].suffix
+
+
+def task_name(benchmark: str, method_name: str, scoring: str = "letters", style: str = "medqa",
+              subject: str | None = None) -> str:
+    """``<benchmark>_<method><scoring suffix>[_<subject>]``, e.g. ``mmlu_med_medr2_gen_anatomy``; a method without
+    tasks of its own names the tasks it uses (finetune: direct's)."""
+    m = method(method_name)
+    base = f"{benchmark}_{m.task_method or m.name}{suffix(style, scoring)}"
+    return f"{base}_{subject}" if subject else base
