@@ -1,112 +1,132 @@
-"""``medr2 serve``: an OpenAI-compatible completions server over a local model (the embedded models on a CPU,
-or any transformers checkpoint), speaking the subset of the protocol the harness and lm-eval's
-``local-completions`` use: ``POST /v1/completions`` (``prompt`` str or list, ``max_tokens``, ``stop``,
-``temperature`` 0, ``echo`` + ``logprobs`` for prompt log-probabilities) and ``GET /v1/models``.
+"""``medr2 serve``: an OpenAI-compatible server over a local model (the embedded models on a CPU, or any
+transformers checkpoint) that answers what vLLM's server answers for lm-eval's API models and our own backend:
+``POST /v1/completions`` (text or token-id prompts, batched prompt lists, ``max_tokens``, ``stop``, ``seed``,
+``echo`` with any ``max_tokens``, ``logprobs: N`` with ``top_logprobs``), ``POST /v1/chat/completions`` (the model's
+chat template) and ``GET /v1/models``. Requests are validated field by field (:mod:`.serve_protocol`): a client
+mistake is a 400 naming the field, never a 500 and never ignored.
 
-It stands in for ``vllm serve`` where no GPU is at hand (the dress rehearsal of a served-roles run), so the
-client code paths — concurrency, batching, retries, errors — are the ones a GPU run takes. Like vLLM it batches
-across requests: requests that arrive while the model is busy are merged into one model call (up to
-``max_batch`` prompts), so concurrent clients keep the model's batches full.
+It stands in for ``vllm serve`` where no GPU is at hand (the rehearsal of a served-roles or served-target run), so
+the client code paths — concurrency, batching, retries, errors — are the ones a GPU run takes. Like vLLM it batches
+across requests: requests that arrive while the model is busy are merged into one model call (up to ``max_batch``
+prompts); a merged call that fails is retried request by request, so one bad request never fails the others.
+It survives its clients: bounded bodies, prompts and ``max_tokens``; work for a client that hung up is dropped (its
+generation stops); a listen backlog of 128; SIGTERM stops accepting and finishes the requests in flight (``drain``); an
+optional API key (``Authorization: Bearer``) for use beyond loopback.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import logging
 import queue
+import select
+import socket
 import threading
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import torch
+from .serve_protocol import BadRequest, Limits, Request, answer, parse_chat, parse_completion
 
 log = logging.getLogger(__name__)
-LOGIT_BUDGET = 2048  # sequence positions per forward pass when returning prompt log-probabilities
+MAX_BODY_BYTES = 16 * 1024 * 1024
+READ_TIMEOUT_S = 60  # a client that sends less than its Content-Length is dropped after this long
 
 
-@torch.no_grad()
-def prompt_logprobs(backend, texts: list[str]) -> list[dict]:
-    """vLLM's ``echo`` + ``logprobs`` answer for each text: every token's log-probability (None for the first)
-    and its character offset."""
-    from .hf import pad
+class Cancelled(Exception):
+    """The client went away before its answer was computed."""
 
-    encs = [backend.tokenizer(t, return_offsets_mapping=True) for t in texts]
-    out: list[dict] = [{}] * len(texts)
-    order = sorted(range(len(texts)), key=lambda i: -len(encs[i]["input_ids"]))
-    start = 0
-    while start < len(order):
-        width = len(encs[order[start]]["input_ids"])
-        size = max(1, min(backend.batch_size, LOGIT_BUDGET // max(width, 1)))
-        idx = order[start:start + size]
-        start += size
-        ids, mask, positions = pad([encs[i]["input_ids"] for i in idx], backend.tokenizer.pad_token_id, left=True)
-        logits = backend.model(input_ids=ids.to(backend.device), attention_mask=mask.to(backend.device),
-                               position_ids=positions.to(backend.device)).logits.float()
-        for j, i in enumerate(idx):
-            seq = encs[i]["input_ids"]
-            row = logits[j, ids.shape[1] - len(seq):]
-            targets = torch.tensor(seq[1:], device=row.device)
-            picked = (row[:-1].gather(1, targets[:, None])[:, 0] - row[:-1].logsumexp(-1)).tolist()
-            out[i] = {"token_logprobs": [None] + picked, "text_offset": [s for s, _ in encs[i]["offset_mapping"]],
-                      "tokens": backend.tokenizer.convert_ids_to_tokens(seq)}
-    return out
+
+@dataclass
+class Job:
+    request: Request
+    future: Future = field(default_factory=Future)
+    cancelled: threading.Event = field(default_factory=threading.Event)
 
 
 class Batcher:
-    """Merges the prompts of requests that arrive together into one model call per kind of work."""
+    """Merges the prompts of requests that arrive together and ask for the same kind of work into one model call."""
 
     def __init__(self, backend, max_batch: int = 64):
         self.backend, self.max_batch = backend, max_batch
         self.jobs: queue.Queue = queue.Queue()
         self.calls = 0
-        threading.Thread(target=self._loop, daemon=True).start()
+        threading.Thread(target=self._loop, daemon=True, name="medr2-serve-batcher").start()
 
-    def submit(self, kind: tuple, prompts: list[str]) -> list:
-        future: Future = Future()
-        self.jobs.put((kind, prompts, future))
-        return future.result()
+    def submit(self, request: Request) -> Job:
+        job = Job(request)
+        self.jobs.put(job)
+        return job
+
+    def _take(self) -> list[Job]:
+        jobs = [self.jobs.get()]
+        size = len(jobs[0].request.prompts)
+        while size < self.max_batch:
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                break
+            jobs.append(job)
+            size += len(job.request.prompts)
+        return jobs
 
     def _loop(self) -> None:
-        while True:
-            jobs = [self.jobs.get()]
-            size = len(jobs[0][1])
-            while size < self.max_batch:
-                try:
-                    job = self.jobs.get_nowait()
-                except queue.Empty:
-                    break
-                jobs.append(job)
-                size += len(job[1])
-            groups: dict[tuple, list] = {}
-            for job in jobs:
-                groups.setdefault(job[0], []).append(job)
-            for kind, group in groups.items():
-                prompts = [p for _, ps, _ in group for p in ps]
-                try:
-                    results = self._run(kind, prompts)
-                except Exception as exc:  # noqa: BLE001 -- handed to the waiting request, which answers 500
-                    for _, _, future in group:
-                        future.set_exception(exc)
-                    continue
-                self.calls += 1
-                at = 0
-                for _, ps, future in group:
-                    future.set_result(results[at: at + len(ps)])
-                    at += len(ps)
+        while True:  # nothing a request holds can end this loop: every error goes to its request's future
+            try:
+                jobs = [j for j in self._take() if not self._dropped(j)]
+                groups: dict[tuple, list[Job]] = {}
+                for job in jobs:
+                    groups.setdefault(replace(job.request, prompts=()), []).append(job)
+                for group in groups.values():
+                    self._run(group)
+            except Exception:  # noqa: BLE001 -- logged; the loop (and the server) goes on
+                log.exception("batcher: unexpected error")
 
-    def _run(self, kind: tuple, prompts: list[str]) -> list:
-        if kind[0] == "echo":
-            return prompt_logprobs(self.backend, prompts)
-        _, max_tokens, stop = kind
-        return self.backend.generate(prompts, max_tokens, list(stop) or None, role="served")
+    @staticmethod
+    def _dropped(job: Job) -> bool:
+        if job.cancelled.is_set():
+            job.future.set_exception(Cancelled())
+            return True
+        return False
+
+    def _run(self, group: list[Job]) -> None:
+        merged = replace(group[0].request, prompts=tuple(p for j in group for p in j.request.prompts))
+        try:
+            choices, generated = answer(self.backend, merged, lambda: all(j.cancelled.is_set() for j in group))
+        except Exception as exc:  # noqa: BLE001 -- retried alone below, so only the failing request fails
+            if len(group) == 1:
+                group[0].future.set_exception(exc)
+                return
+            for job in group:
+                self._run([job])
+            return
+        self.calls += 1
+        at = 0
+        for job in group:
+            n = len(job.request.prompts)
+            own = [{**c, "index": k} for k, c in enumerate(choices[at: at + n])]
+            prompt_tokens = sum(len(p.ids) for p in job.request.prompts)
+            job.future.set_result((own, {"prompt_tokens": prompt_tokens, "completion_tokens": sum(generated[at: at + n]),
+                                         "total_tokens": prompt_tokens + sum(generated[at: at + n])}))
+            at += n
 
 
-def make_server(backend, model_name: str, host: str = "127.0.0.1", port: int = 8000,
-                max_batch: int = 64) -> ThreadingHTTPServer:
+def _no_constant(name: str):
+    raise BadRequest(f"{name} is not a JSON number")
+
+
+def make_server(backend, model_name: str, host: str = "127.0.0.1", port: int = 8000, max_batch: int = 64,
+                limits: Limits = Limits(), api_key: str | None = None, max_body: int = MAX_BODY_BYTES):
     batcher = Batcher(backend, max_batch)
+    context = int(getattr(backend, "max_length", 0) or 8192)
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        timeout = READ_TIMEOUT_S
+
         def log_message(self, fmt, *args):
             log.debug("%s " + fmt, self.address_string(), *args)
 
@@ -118,50 +138,120 @@ def make_server(backend, model_name: str, host: str = "127.0.0.1", port: int = 8
             self.end_headers()
             self.wfile.write(body)
 
+        def _error(self, status: int, message: str) -> None:
+            kind = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError",
+                    413: "BadRequestError"}.get(status, "InternalServerError")
+            self._send(status, {"error": {"message": message, "type": kind, "code": status}})
+
+        def _authorised(self) -> bool:
+            if api_key is None:
+                return True
+            given = self.headers.get("Authorization", "")
+            if hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+                return True
+            self._error(401, "missing or wrong API key (Authorization: Bearer ...)")
+            return False
+
         def do_GET(self):
+            if not self._authorised():
+                return
             if self.path.rstrip("/") == "/v1/models":
-                self._send(200, {"object": "list", "data": [{"id": model_name, "object": "model"}]})
+                self._send(200, {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "medr2",
+                                                             "root": model_name, "max_model_len": context}]})
             else:
-                self._send(404, {"error": {"message": f"no route {self.path}"}})
+                self._error(404, f"no route {self.path}")
+
+        def _body(self):
+            length = self.headers.get("Content-Length")
+            if length is None or not length.strip().isascii() or not length.strip().isdigit():
+                raise BadRequest(f"Content-Length must be a whole number of bytes, found {length!r}")
+            if int(length) > max_body:
+                self.close_connection = True
+                raise BadRequest(f"the body has {int(length)} bytes; at most {max_body}")
+            raw = self.rfile.read(int(length))
+            if len(raw) != int(length):
+                self.close_connection = True
+                raise BadRequest(f"the body ended after {len(raw)} of its {int(length)} bytes")
+            try:
+                return json.loads(raw, parse_constant=_no_constant)
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise BadRequest(f"the body is not JSON ({exc})") from None
 
         def do_POST(self):
-            if self.path.rstrip("/") != "/v1/completions":
-                return self._send(404, {"error": {"message": f"no route {self.path}"}})
-            try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
-                max_tokens = int(body.get("max_tokens", 16))
-                if body.get("temperature", 0) not in (0, 0.0, None):
-                    raise ValueError("this server decodes greedily: temperature must be 0")
-            except (KeyError, ValueError, TypeError, json.JSONDecodeError) as exc:
-                return self._send(400, {"error": {"message": f"bad request: {exc}"}})
-            try:
-                if body.get("echo") and max_tokens == 0:
-                    results = batcher.submit(("echo",), prompts)
-                    choices = [{"index": i, "text": p, "logprobs": r, "finish_reason": "length"}
-                               for i, (p, r) in enumerate(zip(prompts, results))]
-                    completion = 0
-                else:
-                    stop = body.get("stop") or []
-                    texts = batcher.submit(("generate", max_tokens, tuple([stop] if isinstance(stop, str) else stop)),
-                                           prompts)
-                    choices = [{"index": i, "text": t, "finish_reason": "stop"} for i, t in enumerate(texts)]
-                    completion = sum(backend.count_tokens(texts)) if texts else 0
-            except Exception as exc:  # noqa: BLE001 -- a model failure is the client's 500, not a dead server
-                log.exception("request failed")
-                return self._send(500, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
-            usage = {"prompt_tokens": sum(backend.count_tokens(prompts)), "completion_tokens": completion}
-            self._send(200, {"object": "text_completion", "model": model_name, "choices": choices, "usage": usage})
+            with self.server.in_flight():
+                self._post()
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+        def _post(self):
+            route = self.path.rstrip("/")
+            if not self._authorised():
+                return
+            if route not in ("/v1/completions", "/v1/chat/completions"):
+                self.close_connection = True
+                return self._error(404, f"no route {self.path}")
+            chat = route.endswith("chat/completions")
+            try:
+                parse = parse_chat if chat else parse_completion
+                request = parse(self._body(), model_name, backend.tokenizer, limits, context)
+            except BadRequest as exc:
+                return self._error(400, f"bad request: {exc}")
+            job = batcher.submit(request)
+            while True:
+                try:
+                    choices, usage = job.future.result(timeout=0.5)
+                    break
+                except FutureTimeout:
+                    if self._client_gone():
+                        job.cancelled.set()
+                        self.close_connection = True
+                        return
+                except Cancelled:
+                    self.close_connection = True
+                    return
+                except Exception as exc:  # noqa: BLE001 -- a model failure is this request's 500, not a dead server
+                    log.exception("request failed")
+                    return self._error(500, f"{type(exc).__name__}: {exc}")
+            kind = "chat.completion" if chat else "text_completion"
+            self._send(200, {"object": kind, "model": model_name, "choices": choices, "usage": usage})
+
+        def _client_gone(self) -> bool:
+            try:
+                readable, _, _ = select.select([self.connection], [], [], 0)
+                return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                return True
+
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 128  # the listen backlog (socketserver's default, 5, resets bursts of clients)
+        daemon_threads = True  # idle keep-alive connections never hold the process: drain() waits for requests
+
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.active, self.changed = 0, threading.Condition()
+
+        @contextlib.contextmanager
+        def in_flight(self):
+            with self.changed:
+                self.active += 1
+            try:
+                yield
+            finally:
+                with self.changed:
+                    self.active -= 1
+                    self.changed.notify_all()
+
+        def drain(self, timeout: float = 600) -> bool:
+            """Wait until no request is being answered (after shutdown(): SIGTERM); False if ``timeout`` passed."""
+            with self.changed:
+                return self.changed.wait_for(lambda: self.active == 0, timeout)
+
+    server = Server((host, port), Handler)
     server.batcher = batcher
     return server
 
 
-def start_background(backend, model_name: str, host: str = "127.0.0.1", port: int = 0, max_batch: int = 64):
+def start_background(backend, model_name: str, host: str = "127.0.0.1", port: int = 0, max_batch: int = 64, **kw):
     """A server on a free port in a daemon thread: ``(server, base_url)``; ``server.shutdown()`` stops it."""
-    server = make_server(backend, model_name, host, port, max_batch)
+    server = make_server(backend, model_name, host, port, max_batch, **kw)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://{host}:{server.server_address[1]}/v1"
 
@@ -188,7 +278,7 @@ def serve_process(model: str, port: int, name: str | None = None, batch_size: in
     url = f"http://127.0.0.1:{port}/v1"
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen([sys.executable, "-m", "medr2_hooks.cli.main", "serve", "--model", model, "--name",
-                             name or model, "--port", str(port), "--batch-size", str(batch_size)],
+                             name or model, "--port", str(port), "--batch_size", str(batch_size)],
                             stdout=out, stderr=subprocess.STDOUT if log_path else subprocess.DEVNULL,
                             preexec_fn=die_with_parent)
     try:
