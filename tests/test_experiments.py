@@ -114,7 +114,7 @@ def test_a_damaged_run_summary_is_named_and_counts_as_missing(tmp_path, monkeypa
         assert sweep.has_results(run) is None
         out = render(exp, force=True)
     assert str(path) in caplog.text and "treated as missing" in caplog.text
-    assert "| gemma-270m | 4096 | direct | — | — |" in (out / "report.md").read_text()
+    assert "| gemma-270m | 4096 | direct | letters | — | — |" in (out / "report.md").read_text()
 
 
 def test_wandb_sweep_spec_lists_the_same_runs():
@@ -176,15 +176,15 @@ def test_report_marks_missing_cells_and_computes_paired_statistics(tmp_path, mon
     out = render(exp)
     report = (out / "report.md").read_text()
     assert "Runs with results: 3 of 9" in report
-    assert "| gemma-270m | 4096 | ablation_qrc | **80.00** | **80.00** |" in report
-    assert "| gemma-270m | 4096 | direct | <u>40.00</u> | <u>40.00</u> |" in report
-    assert "| gemma-270m | 4096 | ablation_q | — | — |" in report  # missing, never invented
+    assert "| gemma-270m | 4096 | ablation_qrc | letters | **80.00** | **80.00** |" in report
+    assert "| gemma-270m | 4096 | direct | letters | <u>40.00</u> | <u>40.00</u> |" in report
+    assert "| gemma-270m | 4096 | ablation_q | letters | — | — |" in report  # missing, never invented
     stats = {s["method"]: s for s in json.loads((out / "stats.json").read_text())}
     assert stats["ablation_qrc"]["diff"] == pytest.approx(40.0) and stats["ablation_qrc"]["mcnemar_p"] == pytest.approx(14 / 64)
     assert "printed 56.34, cells give 56.39" in report
     assert (out / "methods.png").is_file() and (out / "accuracy_vs_cost.svg").is_file()
     rows = (out / "table.csv").read_text().splitlines()
-    assert rows[0] == "model,window,method,medqa_usmle,average" and "gemma-270m,4096,ablation_q,," in rows
+    assert rows[0] == "model,window,method,scoring,medqa_usmle,average" and "gemma-270m,4096,ablation_q,letters,," in rows
     files = lambda: {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}  # noqa: E731
     first = files()
     render(exp)  # the same results give the same files, figures included (no dates, fixed SVG ids)

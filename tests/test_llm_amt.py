@@ -76,13 +76,21 @@ def test_relevance_filter_shares_the_med_r2_coarse_cache(tmp_path, usmle):
     assert m.cache.stats.get("coarse:hit", 0) > 0 and _model_calls(log) == []
 
 
-def test_relevance_filter_stays_an_llm_judge_when_med_r2_uses_the_cross_encoder(tmp_path, usmle):
+def test_llm_amt_reranks_with_the_coarse_reranker_before_its_llm_filters(tmp_path, usmle):
+    """Issue 28.7: LLM-AMT's hybrid retriever reranks its union (with the coarse reranker Med-R² uses: the
+    cross-encoder on GPUs) before the relevance and usefulness filters, which stay LLM judges."""
     from medr2_hooks.lmeval.medr2 import prepare_records
 
+    m = _pipeline(tmp_path, [], **AMT, coarse="cross_encoder", cross_encoder="/nonexistent/cross-encoder")
+    with pytest.raises(OSError, match="nonexistent/cross-encoder"):
+        prepare_records(m, "medqa_usmle", usmle, [])  # the rerank asks for the cross-encoder
     log: list = []
-    m = _pipeline(tmp_path, log, **AMT, coarse="cross_encoder", cross_encoder="/nonexistent/cross-encoder")
-    prepare_records(m, "medqa_usmle", usmle, [])  # would fail loading the cross-encoder if the refiner used it
-    assert any(kind == "score_choices:coarse_rerank" for kind, _ in log)
+    packs, record = prepare_records(_pipeline(tmp_path, log, **{**AMT, "coarse_k": 1}), "medqa_usmle", usmle, [])
+    runs = record["stage_runs"]
+    assert all(len(runs["fused.t1"][r.id]) > 1 for r in usmle)  # the union of both retrievers
+    assert all(len(runs["coarse.t1"][r.id]) == 1 for r in usmle)  # reranked to coarse_k before the filters
+    assert all(set(runs["fine.t1"][r.id]) <= set(runs["coarse.t1"][r.id]) for r in usmle)
+    assert any(kind == "score_choices:coarse_rerank" for kind, _ in log)  # the relevance filter: an LLM judge
 
 
 def test_rejecting_every_document_leaves_the_reader_without_knowledge(tmp_path, usmle):

@@ -78,6 +78,23 @@ def test_prepass_records_provenance_caches_and_never_sees_the_gold(tmp_path, usm
         assert p["iterations"][0]["mu"] is None  # no previous set at t = 1
         assert p["effective_k"] == len(p["evidence"])
     assert record["usage"] and record["stage_seconds"]["cot"] > 0
+    # the loop and the CoTs, recorded (issue 28.4, 28.9): lengths against the budget, where Alg. 2 stopped
+    assert record["cot_tokens"]["n"] > 0 and record["cot_tokens"]["budget"] == TINY["cot_max_new_tokens"]
+    assert 0 <= record["cot_tokens"]["at_limit"] <= record["cot_tokens"]["n"]
+    assert sum(record["loop"]["stopped_at"].values()) == len(records)
+    # a demonstration's rationale was made knowing its answer; one that concludes another is left out, counted
+    rationale_prompts = [payload for kind, payload in first_log if kind == "generate:cot"
+                         and "The correct answer to the medical question is" in payload]
+    assert rationale_prompts and all(demos[0].question in json.loads(p)[0][0] for p in rationale_prompts)
+    shown = sum(p["prefix"].count("Reasoning:") for p in packs[:1])
+    assert shown + record["counts"].get("demos_disagreeing", 0) >= 1
+    # every stage's ranked documents per iteration (issue 29.3): the evaluation items only
+    runs = record["stage_runs"]
+    assert {"dense.t1", "bm25.t1", "fused.t1", "coarse.t1", "fine.t1", "selected.t1", "packed", "fine.final"} <= set(runs)
+    assert set(runs["packed"]) == {r.id for r in records}
+    for r, p in zip(records, packs):
+        assert runs["packed"][r.id] == list(dict.fromkeys(ev["doc_id"] for ev in p["evidence"]))
+        assert set(runs["coarse.t1"][r.id]) <= set(runs["fused.t1"][r.id])
 
     # retrieval queries: the question (+ reformulation / CoT), never the options block
     queries = [q for kind, payload in first_log if kind == "search" for q in json.loads(payload)]

@@ -381,6 +381,11 @@ def test_an_unreachable_endpoint_names_the_role_stage_and_url(tmp_path):
     m = MedR2(cfg, cache=StageCache(tmp_path / "stages.sqlite"))
     with pytest.raises(EndpointError) as err:
         m.classify([Question("q1", "Which drug treats CML?", {"A": "imatinib", "B": "aspirin"}, "en")])
+    # the served role is identified by what its server reports (issue 28.8): the first thing that fails
+    assert f"role 'classifier': cannot read {url}/models" in str(err.value) and "is the server running?" in str(err.value)
+    m.ids._ids["classifier"] = "openai:m@test"  # identified: the stage's request then fails, naming it
+    with pytest.raises(EndpointError) as err:
+        m.classify([Question("q1", "Which drug treats CML?", {"A": "imatinib", "B": "aspirin"}, "en")])
     assert "stage 'classify'" in str(err.value) and f"{url}/completions" in str(err.value)
     assert "role 'classifier" in str(err.value)
 

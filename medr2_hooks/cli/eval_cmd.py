@@ -24,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num_fewshot", type=int, help="demonstrations from the task's demo pool")
     parser.add_argument("--batch_size", help="lm-eval batch size (default for embedded Gemma: 4, 1 for retrieval tasks; else auto)")
     parser.add_argument("--gen_kwargs", help="generation overrides for generative tasks, e.g. max_gen_toks=64")
+    parser.add_argument("--apply_chat_template", action="store_true",
+                        help="wrap each prompt in the target's chat template (chat models; lm-eval's flag)")
     parser.add_argument("--device", help="cpu, cuda, cuda:0, ... (default: lm-eval's choice)")
     parser.add_argument("--output_path", help="folder for this run (default: results/runs/<name>)")
     parser.add_argument("--log_samples", action=argparse.BooleanOptionalAction, default=True,
@@ -50,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         num_fewshot=args.num_fewshot,
         batch_size=args.batch_size,
         gen_kwargs=args.gen_kwargs,
+        apply_chat_template=args.apply_chat_template,
         device=args.device,
         log_samples=args.log_samples,
         output_path=args.output_path,

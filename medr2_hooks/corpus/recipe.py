@@ -105,6 +105,9 @@ class Recipe:
     splade: Splade | None = None
     strict: bool = True  # bad input: error naming file and line (strict) or a counted skip (lenient)
     folder: str = ""  # the recipe file's folder, for base: recipe
+    # Planning figures for an index not built here (sizing candidate sets and costs): mean tokens per evidence
+    # unit, {passage: N, document: N}, with where they come from. Not part of the index's identity.
+    planning: dict | None = None
 
     def __post_init__(self):
         safe_component(self.name, "index name")
@@ -114,8 +117,10 @@ class Recipe:
             raise ValueError("a recipe needs at least one retriever (dense, bm25 or splade)")
 
     def to_json(self) -> dict:
+        """The recipe as its identity sees it (what the index is built from)."""
         out = asdict(self)
         out.pop("folder")
+        out.pop("planning")
         return out
 
     def hash(self) -> str:

@@ -11,13 +11,23 @@ class Question:
     """What retrieval, reranking and LLM stages may see: never the gold answer.
 
     ``options`` is included for the answering prompt only; retrieval and rerank queries are built from
-    ``question`` alone (see ``medr2_hooks.retrieve``).
+    ``question`` alone (see ``medr2_hooks.retrieve``). ``exclude_pmid``: the item's own article (PubMedQA), which
+    retrieval must not return.
     """
 
     id: str
     question: str
     options: dict[str, str]
     language: str
+    exclude_pmid: str | None = None
+
+
+@dataclass(frozen=True)
+class Demo:
+    """A demonstration (training-side): its question and its gold answer, which only its own rendering sees."""
+
+    question: Question
+    answer: str
 
 
 @dataclass(frozen=True)
@@ -46,7 +56,11 @@ class Record:
         return self.labels.index(self.answer)
 
     def public(self) -> Question:
-        return Question(self.id, self.question, dict(self.options), self.language)
+        pmid = self.meta.get("pmid")
+        return Question(self.id, self.question, dict(self.options), self.language, str(pmid) if pmid else None)
+
+    def demo(self) -> Demo:
+        return Demo(self.public(), self.answer)
 
     def to_doc(self) -> dict:
         """Flat, Arrow-friendly row for an lm-eval dataset (``meta`` as JSON text)."""

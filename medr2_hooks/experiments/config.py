@@ -41,8 +41,13 @@ class Experiment:
     methods: list[str]
     benchmarks: list[str]
     windows: list[int] = field(default_factory=lambda: [4096])
+    setting: str | None = None  # a shared setting of experiments/settings.yaml (its fields under this file's)
     scoring: str = "letters"  # letters | generative (free-text benchmarks are always generative)
     gen_kwargs: str | None = None  # lm-eval --gen_kwargs for generative tasks (the twins cap max_gen_toks)
+    apply_chat_template: bool = False  # lm-eval's --apply_chat_template for the target (chat models)
+    # S^c holds at least this many times the evidence budget in every retrieval run: coarse_k (and retrieve_k)
+    # are sized per window from the index's unit size (experiments/budget.py); None: the settings' k as given
+    candidate_ratio: float | None = None
     limit: int | None = None  # a fixed slice per benchmark (embedded twins)
     method_override: dict = field(default_factory=dict)  # MethodConfig settings for every retrieval run
     method_overrides: dict[str, dict] = field(default_factory=dict)  # per method, applied after method_override
@@ -70,6 +75,7 @@ class Experiment:
         if not self.models:
             raise ValueError("an experiment needs at least one model")
         in_range(self, "limit", 1)
+        in_range(self, "candidate_ratio", 1)
         bad = sorted(set(self.method_overrides) - set(self.methods))
         if bad:
             raise ValueError(f"method_overrides names {bad[0]!r}, which is not among this experiment's methods")
@@ -127,6 +133,27 @@ def _model_entry(entry, where: str):
     return {"name": name, **declared[name], **changes}
 
 
+SETTINGS = settings.REPO_ROOT / "experiments" / "settings.yaml"
+SETTING_KEYS = ("method_override", "scoring", "apply_chat_template", "gen_kwargs", "candidate_ratio")
+
+
+def with_setting(raw: dict, where: str) -> dict:
+    """An experiment's fields over its named shared setting (method_override merged key by key)."""
+    name = raw.get("setting")
+    if name is None:
+        return raw
+    declared = load_yaml(SETTINGS).get("settings") or {}
+    if name not in declared:
+        raise ConfigError(f"{where}: setting {name!r} is not in {SETTINGS}; declared: {', '.join(declared)}")
+    base = dict(declared[name])
+    bad = sorted(set(base) - set(SETTING_KEYS))
+    if bad:
+        raise ConfigError(f"{SETTINGS}: setting {name}: unknown key {bad[0]!r}; valid keys: {', '.join(SETTING_KEYS)}")
+    out = {**base, **raw}
+    out["method_override"] = {**(base.get("method_override") or {}), **(raw.get("method_override") or {})}
+    return out
+
+
 def load_experiment(name_or_path: str) -> Experiment:
     from pathlib import Path
 
@@ -141,7 +168,7 @@ def load_experiment(name_or_path: str) -> Experiment:
     if not path.is_file():
         known = sorted(p.stem for p in (settings.REPO_ROOT / "experiments").glob("*.yaml"))
         raise ConfigError(f"no experiment {name_or_path!r}: give a YAML path or one of: {', '.join(known)}")
-    raw = load_yaml(path)
+    raw = with_setting(load_yaml(path), str(path))
     if isinstance(raw.get("models"), list):
         raw["models"] = [_model_entry(m, str(path)) for m in raw["models"]]
     return from_dict(Experiment, raw, str(path))

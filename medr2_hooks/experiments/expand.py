@@ -15,7 +15,10 @@ from .. import data, methods
 from ..config import ConfigError
 from ..lmeval.runner import CONTINUATION_MODEL
 from ..pipeline.config import ROLES, MethodConfig
+from .budget import candidates, size_candidates
 from .config import LONG_WINDOW, Experiment, role_set
+
+PAPER_CANDIDATE_RATIO = 3.0  # S^c tokens over the evidence budget that a paper config must reach
 
 
 @dataclass(frozen=True)
@@ -33,10 +36,13 @@ class Run:
     resolved: dict = field(default_factory=dict)  # roles' models, evidence unit, coarse_k, window (retrieval runs)
     scoring: str = "letters"
     gen_kwargs: str | None = None
+    apply_chat_template: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.experiment}__{self.model}__{self.method}__{self.benchmark}__w{self.window}"
+        """Unique per cell: a generative run is its own cell (``__gen``), never a letter-scored run's results."""
+        scoring = "" if self.scoring == "letters" else f"__{methods.SCORINGS[self.scoring].suffix.lstrip('_')}"
+        return f"{self.experiment}__{self.model}__{self.method}__{self.benchmark}__w{self.window}{scoring}"
 
     @property
     def tags(self) -> list[str]:
@@ -50,6 +56,7 @@ def expand(exp: Experiment) -> list[Run]:
     runs = []
     for spec in exp.models:
         for benchmark in exp.benchmarks:
+            style = data.benchmark(benchmark).style
             for method in exp.methods:
                 windows = [w for w in sorted(exp.windows) if spec.max_window is None or w <= spec.max_window]
                 for window in windows if method != "finetune" else windows[:1]:
@@ -62,28 +69,44 @@ def expand(exp: Experiment) -> list[Run]:
                                                           _without_pretrained(model_args)) if a)
                         lm_model = CONTINUATION_MODEL if spec.model.startswith("embedded:") else spec.model
                     if methods.method(method).retrieval:
-                        cap = spec.pack_window_cap or window
-                        override = {**exp.method_override, **exp.method_overrides.get(method, {}),
-                                    "window": min(window, cap)}
-                        if spec.tokenizer:
-                            override["target_tokenizer"] = spec.tokenizer
-                        if spec.roles or spec.role_set:
-                            roles = spec.roles or role_set(spec.role_set)
-                            override = {**override, "llm": override.get("llm") or roles["llm"],
-                                        "roles": {**roles["roles"], **override.get("roles", {})}}
+                        override = _retrieval_override(exp, spec, method, window)
                         metadata["method_override"] = override
+                        if exp.allow_embedded_roles:
+                            metadata["allow_embedded_roles"] = True
                         resolved = _resolved(exp, spec, method, override)
                     if window > LONG_WINDOW and spec.long_model_args:
                         model_args = ",".join(a for a in (model_args, spec.long_model_args) if a)
-                    if len(exp.windows) > 1 and not spec.model.startswith("embedded:"):
+                    if not spec.model.startswith("embedded:"):  # every window's context, so 4K cells are one run
                         model_args = ",".join(a for a in (model_args, f"max_length={window}") if a)
-                    task = methods.task_name(benchmark, method, exp.scoring, data.benchmark(benchmark).style)
-                    generative = methods.suffix(data.benchmark(benchmark).style, exp.scoring) or \
-                        data.benchmark(benchmark).style in methods.FREE_TEXT_STYLES
-                    runs.append(Run(exp.name, spec.name, method, benchmark, window, task, lm_model, model_args,
+                    generative = methods.suffix(style, exp.scoring) or style in methods.FREE_TEXT_STYLES
+                    runs.append(Run(exp.name, spec.name, method, benchmark, window,
+                                    methods.task_name(benchmark, method, exp.scoring, style), lm_model, model_args,
                                     exp.limit, metadata, resolved, exp.scoring,
-                                    exp.gen_kwargs if generative else None))
+                                    exp.gen_kwargs if generative else None, exp.apply_chat_template))
     return runs
+
+
+def _retrieval_override(exp: Experiment, spec, method: str, window: int) -> dict:
+    """A retrieval run's method settings: the experiment's (and its method's), the window packed (at most the
+    model's cap), the target's tokenizer and role set, and S^c sized to ``candidate_ratio`` × the budget."""
+    override = {**exp.method_override, **exp.method_overrides.get(method, {}),
+                "window": min(window, spec.pack_window_cap or window)}
+    if spec.tokenizer:
+        override["target_tokenizer"] = spec.tokenizer
+    if spec.roles or spec.role_set:
+        roles = spec.roles or role_set(spec.role_set)
+        override = {**override, "llm": override.get("llm") or roles["llm"],
+                    "roles": {**roles["roles"], **override.get("roles", {})}}
+    if exp.gen_kwargs and exp.scoring == "generative":  # the answer's room in the window, kept out of packing
+        given = dict(kv.split("=", 1) for kv in exp.gen_kwargs.split(",") if "=" in kv)
+        if "max_gen_toks" in given:
+            override["answer_tokens"] = int(given["max_gen_toks"])
+    if exp.candidate_ratio:
+        cfg = MethodConfig.from_dict({**methods.method(method).variant(), **override}, f"{exp.name} {method}")
+        k = max(cfg.coarse_k, size_candidates(cfg.index, cfg.unit, cfg.window, cfg.evidence_share,
+                                              exp.candidate_ratio))
+        override.update(coarse_k=k, retrieve_k=max(cfg.retrieve_k, k))
+    return override
 
 
 def _without_pretrained(model_args: str) -> str:
@@ -124,6 +147,22 @@ def _resolved(exp: Experiment, spec, method: str, override: dict) -> dict:
         raise ConfigError(f"experiment {exp.name}: target {spec.name} ({spec.model}) would run the roles "
                           f"{', '.join(embedded_roles)} on {roles[embedded_roles[0]]}; give the model a role_set "
                           "(experiments/roles.yaml) or set allow_embedded_roles: true")
-    return {"stages": list(methods.method(method).stages()), "roles": roles, "unit": cfg.unit,
-            "coarse_k": cfg.coarse_k, "window": cfg.window, "retrievers": cfg.retrievers,
-            "label_scoring": cfg.label_scoring}
+    out = {"stages": list(methods.method(method).stages()), "roles": roles, "unit": cfg.unit,
+           "coarse_k": cfg.coarse_k, "window": cfg.window, "retrievers": cfg.retrievers,
+           "label_scoring": cfg.label_scoring, "index": cfg.index, "query": cfg.query,
+           "cot_max_new_tokens": cfg.cot_max_new_tokens}
+    try:
+        out["candidates"] = candidates(cfg.index, cfg.unit, cfg.coarse_k, cfg.window, cfg.evidence_share)
+    except ConfigError as exc:
+        out["candidates"] = {"unknown": str(exc)}
+    # a paper experiment on GPU targets (not a CPU twin, not a rehearsal) must give the fine reranker a choice
+    needed = exp.candidate_ratio or (PAPER_CANDIDATE_RATIO if exp.paper_table and not embedded_target
+                                     and not exp.rehearsal else None)
+    ratio = out["candidates"].get("ratio")
+    if needed and (ratio is None or ratio < needed):
+        held = f"{out['candidates']['tokens']} tokens, {ratio}x the {out['candidates']['budget']}-token" if ratio \
+            else f"an unknown number of tokens ({out['candidates']['unknown']}) against the"
+        raise ConfigError(f"experiment {exp.name}: {spec.name} {method} window {cfg.window}: S^c ({cfg.coarse_k} "
+                          f"{cfg.unit}s) holds {held} evidence budget; a paper config needs {needed}x so that the fine "
+                          "reranker has something to choose (use `setting: paper`, which sizes it per window)")
+    return out

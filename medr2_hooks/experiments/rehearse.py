@@ -32,6 +32,7 @@ PORTS = {GEMMA: 18270, SMOLLM: 18135}  # fixed, so the served roles' ids (model@
 CPU_LOOP = {"iterations": 2, "conflict": {"top": 2}, "max_demos": 1, "cot_max_new_tokens": 32,
             "reformulate_max_new_tokens": 24, "augment_max_new_tokens": 24, "max_doc_tokens": 128}
 CPU_K = {"retrieve_k": 4, "coarse_k": 8}  # at most this many candidates per retriever / in the coarse set
+CPU_GEN_TOKENS = 48  # a generative target's answer (the paper setting's 1024 would take minutes an item here)
 GPU_ONLY = ("index", "coarse", "target_tokenizer")  # BGE index, cross-encoder reranker, the target's hub tokenizer
 CPU_FINETUNED = "~/.cache/medr2/finetune/cpu_usmle_dev_slice/final"  # finetune cells: the CPU recipe's checkpoint
 
@@ -114,6 +115,7 @@ def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
     capped = sorted({w for w in exp.windows for m in models if w > m.pack_window_cap})
     return replace(
         exp, name=f"{exp.name}_rehearsal", models=models, benchmarks=benchmarks, limit=plan.limit,
+        candidate_ratio=None, gen_kwargs=f"max_gen_toks={CPU_GEN_TOKENS}" if exp.gen_kwargs else None,
         method_override=_cpu_sized(exp.method_override),
         method_overrides={m: _cpu_sized(o) for m, o in exp.method_overrides.items()}, finetune={},
         allow_embedded_roles=False,
@@ -123,6 +125,7 @@ def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
                             "models": [m.name for m in models]},
                    "models": mapping, "servers": {m: plan.port(m) for m in CONTEXT},
                    "windows_capped": capped, "cpu_loop": CPU_LOOP, "cpu_k": CPU_K,
+                   "candidate_ratio": exp.candidate_ratio, "gen_kwargs": exp.gen_kwargs,
                    "replaced": {k: exp.method_override[k] for k in GPU_ONLY if k in exp.method_override}})
 
 

@@ -22,7 +22,8 @@ from .. import settings
 from ..fs import atomic_write_text
 from .config import Experiment
 from .expand import Run, expand
-from .sweep import read_json_file, read_summary, run_dir, summary_path
+from .sweep import read_record, read_summary, run_dir, summary_path
+from .report_sections import cache_reuse, loop_table, packed_tokens_table, rehearsal_header, setting_lines
 from .stats import mcnemar, paired_bootstrap
 
 PAPER_NUMBERS = settings.REPO_ROOT / "experiments" / "paper_numbers.csv"
@@ -72,7 +73,7 @@ def write_summaries(runs: list[Run], done: dict) -> None:
 
 def _from_folder(run: Run) -> dict | None:
     folder = run_dir(run)
-    record = read_json_file(folder / "run.json", "results")
+    record = read_record(run)
     if record is None:
         return None
     metric = primary_metric(record.get("results", {}).get(run.task, {}))
@@ -98,46 +99,14 @@ def _from_folder(run: Run) -> dict | None:
             "invalid": None if invalid is None else 100 * float(invalid), "finetune": record.get("finetune"),
             "top1": None if top1 is None or metric[0] == "top1" else 100 * float(top1),
             "subset": (record.get("subset") or {}).get(run.task),
+            "loop": (prepass[0].get("loop") if len(prepass) == 1 else None),
+            "cot_tokens": (prepass[0].get("cot_tokens") if len(prepass) == 1 else None),
             "provenance": {k: record.get(k) for k in ("git_commit", "resolved", "versions", "hardware")}}
 
 
 def _packed_mean(prepass: list[dict]) -> float | None:
     means = [(p.get("packed_tokens") or {}).get("mean") for p in prepass]
     return means[0] if len(means) == 1 else None
-
-
-def rehearsal_header(exp: Experiment) -> list[str]:
-    """First line and stand-in table of a rehearsal's report (``medr2 sweep <config> --rehearse``)."""
-    r = exp.rehearsal
-    md = [f"# REHEARSAL, not results: {r['of']} on embedded stand-ins ({exp.name})\n\n{exp.description}\n\n"
-          "| paper model | stand-in target | pack window cap | roles (served by medr2 serve) |\n|---|---|---|---|\n"]
-    for name, m in r["models"].items():
-        roles = ", ".join(f"{role}: {model.removeprefix('embedded:')}" for role, model in m["roles"].items())
-        md.append(f"| {name} (`{m['target']}`) | {m['stand_in']} | {m['pack_window_cap']} | {roles} |\n")
-    if r["windows_capped"]:
-        md.append(f"\nWindows {', '.join(map(str, r['windows_capped']))} exceed a stand-in's context or the rehearsal's "
-                  f"window cap ({r['plan']['window_cap']} tokens, CPU time): those cells are packed at the cap above "
-                  "and keep the paper's window label.\n")
-    if r["replaced"]:
-        md.append(f"\nGPU-only settings replaced by the CPU defaults: {r['replaced']}; loop sized for CPU: "
-                  f"{r['cpu_loop']}, candidates at most {r['cpu_k']}.\n")
-    return md
-
-
-def packed_tokens_table(runs: list[Run], done: dict) -> list[str]:
-    windows = sorted({r.window for r in runs})
-    cells: dict[tuple, dict] = defaultdict(dict)
-    for run in runs:
-        got = done.get(run.name)
-        if got and got.get("packed_tokens") is not None:
-            cells[(run.model, run.method, run.benchmark)][run.window] = got["packed_tokens"]
-    if len(windows) < 2 or not cells:
-        return []
-    md = ["\n## Packed prompt tokens per window (mean over items, from the pre-pass packs)\n\n| model | method | "
-          "benchmark | " + " | ".join(f"{w // 1024}K" for w in windows) + " |\n|" + "---|" * (len(windows) + 3) + "\n"]
-    md += [f"| {m} | {meth} | {b} | " + " | ".join(f"{v[w]:.0f}" if w in v else MISSING for w in windows) + " |\n"
-           for (m, meth, b), v in cells.items()]
-    return md
 
 
 def _mark(values: list[float | None]) -> list[str]:
@@ -159,25 +128,28 @@ def result_rows(exp: Experiment, runs: list[Run], done: dict) -> list[dict]:
     cells: dict[tuple, dict] = defaultdict(dict)
     for run in runs:
         got = done.get(run.name)
-        cells[(run.model, run.window, run.method)][run.benchmark] = got["score"] if got else None
+        cells[(run.model, run.window, run.method, run.scoring)][run.benchmark] = got["score"] if got else None
     rows = []
-    for (model, window, method), by_bench in cells.items():
+    for (model, window, method, scoring), by_bench in cells.items():
         values = [by_bench.get(b) for b in exp.benchmarks]
         average = sum(values) / len(values) if all(v is not None for v in values) else None
-        rows.append({"model": model, "window": window, "method": method, **dict(zip(exp.benchmarks, values)),
-                     "average": average})
+        rows.append({"model": model, "window": window, "method": method, "scoring": scoring,
+                     **dict(zip(exp.benchmarks, values)), "average": average})
     return rows
 
 
 def markdown_table(exp: Experiment, rows: list[dict]) -> str:
+    """Our table in the paper's layout; every row names the scoring its cells were scored by (free-text
+    benchmarks are always generative)."""
     columns = [*exp.benchmarks, "average"]
-    head = "| model | window | method | " + " | ".join(columns) + " |\n|" + "---|" * (len(columns) + 3) + "\n"
+    head = "| model | window | method | scoring | " + " | ".join(columns) + " |\n|" + "---|" * (len(columns) + 4) + "\n"
     body = ""
     for key in dict.fromkeys((r["model"], r["window"]) for r in rows):
         block = [r for r in rows if (r["model"], r["window"]) == key]
         marked = {c: _mark([r[c] for r in block]) for c in columns}
         for i, r in enumerate(block):
-            body += f"| {r['model']} | {r['window']} | {r['method']} | " + " | ".join(marked[c][i] for c in columns) + " |\n"
+            body += (f"| {r['model']} | {r['window']} | {r['method']} | {r['scoring']} | "
+                     + " | ".join(marked[c][i] for c in columns) + " |\n")
     return head + body
 
 
@@ -215,16 +187,6 @@ def paired_statistics(runs: list[Run], done: dict, reference: str) -> list[dict]
                     "n": len(shared), "diff": 100 * ci["diff"], "low": 100 * ci["low"], "high": 100 * ci["high"],
                     "mcnemar_p": mc["p"], "b01": mc["b01"], "b10": mc["b10"]})
     return out
-
-
-def cache_reuse(runs: list[Run], done: dict) -> list[dict]:
-    groups: dict[tuple, list[float]] = defaultdict(list)
-    for run in runs:
-        seconds = (done.get(run.name) or {}).get("prepass_seconds")
-        if seconds is not None:
-            groups[(run.model, run.method, run.benchmark)].append(seconds)
-    return [{"model": m, "method": meth, "benchmark": b, "windows": len(s), "total": sum(s), "max": max(s),
-             "ratio": sum(s) / max(s)} for (m, meth, b), s in groups.items() if len(s) > 1 and max(s) > 0]
 
 
 def figures(exp: Experiment, rows: list[dict], runs: list[Run], done: dict, out: Path) -> list[str]:
@@ -330,7 +292,7 @@ def render(exp: Experiment, force: bool = False, allow_subset: bool = False) -> 
     out = settings.results_dir() / exp.name
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "table.csv", "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["model", "window", "method", *exp.benchmarks, "average"])
+        writer = csv.DictWriter(fh, fieldnames=["model", "window", "method", "scoring", *exp.benchmarks, "average"])
         writer.writeheader()
         writer.writerows({k: ("" if v is None else round(v, 2) if isinstance(v, float) else v) for k, v in r.items()}
                          for r in rows)
@@ -342,11 +304,13 @@ def render(exp: Experiment, force: bool = False, allow_subset: bool = False) -> 
         md.append(f"\nItems: the first {exp.limit} of each benchmark (a fixed slice, not the benchmarks' scores).\n")
     if partial:
         md.append("\nSUBSET RUNS (--allow-subset; their cells are not the benchmarks' scores): " + ", ".join(partial) + "\n")
+    md.append(setting_lines(exp, runs))
     md += [f"\nRuns with results: {len(done)} of {len(runs)}; missing cells are "
           f"marked {MISSING}. Accuracy in % (RareArena: top-5 recall; top-1 below. The paper does not name its "
           "RareArena metric: its GPT-4o cells lie between RareArena's published top-1 and top-5 recalls).\n\n",
           markdown_table(exp, rows)]
     md += packed_tokens_table(runs, done)
+    md += loop_table(runs, done)
     top1 = {name: {**got, "score": got["top1"]} for name, got in done.items() if got.get("top1") is not None}
     if top1:
         md.append("\n## RareArena top-1 recall (%)\n\n" + markdown_table(exp, result_rows(exp, runs, top1)))

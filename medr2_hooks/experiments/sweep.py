@@ -50,12 +50,21 @@ def read_json_file(path: Path, needs: str) -> dict | None:
 
 
 def read_summary(run: Run) -> dict | None:
-    return read_json_file(summary_path(run), "summary")
+    """The run's committed summary, when it is readable and of this run's task (a summary of another task, e.g.
+    made before the cell's scoring changed, counts as missing)."""
+    found = read_json_file(summary_path(run), "summary")
+    return found if found is not None and found.get("task") == run.task else None
+
+
+def read_record(run: Run) -> dict | None:
+    """The run folder's ``run.json`` when it holds this run's task's results."""
+    found = read_json_file(run_dir(run) / "run.json", "results")
+    return found if found is not None and run.task in found["results"] else None
 
 
 def has_results(run: Run) -> Path | None:
     """Where the run's readable results are (its run folder's ``run.json``, else its summary), or None."""
-    if read_json_file(run_dir(run) / "run.json", "results") is not None:
+    if read_record(run) is not None:
         return run_dir(run) / "run.json"
     return summary_path(run) if read_summary(run) is not None else None
 
@@ -71,7 +80,7 @@ def execute(run: Run, wandb: bool = True) -> dict:
 
     cfg = EvalConfig(tasks=[run.task], model=run.lm_model, model_args=run.model_args, limit=run.limit,
                      metadata=run.metadata, run_name=run.name, wandb=wandb, wandb_group=run.experiment,
-                     wandb_tags=run.tags)
+                     wandb_tags=run.tags, gen_kwargs=run.gen_kwargs, apply_chat_template=run.apply_chat_template)
     return run_eval(cfg)["run_record"]
 
 

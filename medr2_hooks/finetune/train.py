@@ -67,7 +67,7 @@ def train(recipe: FinetuneRecipe, log=print, wandb_run=None) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, get_cosine_schedule_with_warmup
 
     from ..llm.embedded import resolve
-    from ..retrieve.encoders import weights_revision
+    from ..llm.local import weights_revision
 
     out = recipe.out_dir()
     final = out / "final"

@@ -111,6 +111,25 @@ def _minilm() -> Path:
 EMBEDDED = {"gemma-270m": _gemma_270m, "smollm2-135m-instruct": _smollm2, "minilm": _minilm}
 
 
+def is_embedded_path(path: str) -> bool:
+    """Whether a model folder is one of the embedded models' converted folders (or a checkpoint fine-tuned from
+    one: its training manifest names the embedded base)."""
+    import json
+
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        return False
+    if folder.resolve().is_relative_to((settings.cache_dir() / "models").resolve()):
+        return True
+    manifest = folder / "medr2_training.json"  # medr2_hooks.finetune.train.MANIFEST
+    if manifest.is_file():
+        try:
+            return is_embedded(json.loads(manifest.read_text())["recipe"]["model"])
+        except (ValueError, KeyError, TypeError):
+            return False
+    return False
+
+
 def is_embedded(name: str) -> bool:
     return name.startswith(PREFIX)
 

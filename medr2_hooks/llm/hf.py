@@ -30,7 +30,7 @@ class HFBackend:
                  max_length: int | None = None):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from ..retrieve.encoders import weights_revision
+        from .local import weights_revision
 
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a whole number >= 1, found {batch_size!r}")

@@ -32,7 +32,9 @@ class EndpointError(Medr2Error):
 class OpenAIBackend:
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, timeout: float = 600,
                  max_length: int = 32768, tokenizer: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 concurrency: int = 4, request_batch: int = 16, max_retries: int = 4, backoff: float = 1.0):
+                 concurrency: int = 4, request_batch: int = 16, max_retries: int = 4, backoff: float = 1.0,
+                 server_args: dict | list | str | None = None):
+        # server_args: how the server was started (vllm serve flags), declared for the role's identity only
         if concurrency < 1 or request_batch < 1 or max_retries < 0:
             raise ValueError("concurrency and request_batch must be >= 1, max_retries >= 0")
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL", "http://localhost:8000/v1")).rstrip("/")

@@ -95,6 +95,7 @@ def run_prepass(spec: PrepassSpec, write: bool = True, shard: str | None = None,
     packs, record = prepare_records(MedR2(spec.cfg, cache=cache), spec.benchmark, spec.eval_records, spec.demos,
                                     spec.scoring)
     record.update(benchmark=spec.benchmark, subject=spec.subject, key=spec.key, identity=spec.identity(), shard=shard,
+                  roles_check=spec.roles_check,
                   subset={"items": len(spec.eval_records), "of": len(spec.eval_records) + len(spec.unprepared)}
                   if spec.limited else None)
     tokens = [p["prompt_tokens"] for p in packs if p.get("prompt_tokens") is not None]
@@ -102,7 +103,14 @@ def run_prepass(spec: PrepassSpec, write: bool = True, shard: str | None = None,
                                "max": max(tokens, default=None)}
     if write:
         record["packs"] = dict(zip(("packs", "sha256"), map(str, write_packs(spec, packs))))
-    _write_record(redact(record), record_path or spec.record_path)
+    path = record_path or spec.record_path
+    runs = record.pop("stage_runs", {})
+    if runs:  # each stage's ranked documents as TREC runs beside the record (medr2 evidence scores them)
+        from ..pipeline.stage_runs import write_runs
+
+        folder = path.with_name(f"{path.stem}.runs")
+        record["stage_runs"] = {"folder": str(folder), "stages": write_runs(folder, runs, spec.name)}
+    _write_record(redact(record), path)
     return packs, record
 
 
@@ -111,16 +119,14 @@ PREPARE = {"medr2": "medr2_hooks.pipeline.run:prepare", "llm_amt": "medr2_hooks.
 
 def prepare_records(pipeline, benchmark: str, eval_records: list[Record], demos: list[Record],
                     scoring: str = "letters"):
-    """The pre-pass over records: stages get :meth:`Record.public` questions only; the demonstrations' own
-    answers go to the rendered demonstrations (in the form ``scoring`` asks the target for), and evaluation
-    answers go nowhere but lm-eval's scorer."""
+    """The pre-pass over records: stages get :meth:`Record.public` questions only (with the PubMed id retrieval
+    must exclude); the demonstrations' own answers go to the rendered demonstrations (in the form ``scoring`` asks
+    the target for), and evaluation answers go nowhere but lm-eval's scorer."""
     from importlib import import_module
 
     module, func = PREPARE[pipeline.cfg.pipeline].split(":")
     prepare = getattr(import_module(module), func)
-    return prepare(pipeline, benchmark, [r.public() for r in eval_records], [r.meta.get("pmid") for r in eval_records],
-                   [d.public() for d in demos], [d.answer for d in demos], [d.meta.get("pmid") for d in demos],
-                   scoring=scoring)
+    return prepare(pipeline, benchmark, [r.public() for r in eval_records], [d.demo() for d in demos], scoring=scoring)
 
 
 def _write_record(record: dict, path: Path) -> None:

@@ -90,7 +90,8 @@ def prepare_tasks(tasks: list[str], metadata: dict | None = None, shard: Shard |
             continue
         # reused only with this results folder's record beside them: packs live in the user's cache and outlive
         # a results folder; without the record the run could not say how its packs were made (stages cached)
-        if spec.record_path.is_file() and read_packs(spec.packs_path, spec) is not None:
+        if spec.record_path.is_file() and read_packs(spec.packs_path, spec) is not None and \
+                not _roles_changed(spec, log):
             from ..corpus.store import file_sha256
 
             out[task] = {"packs": str(spec.packs_path), "sha256": file_sha256(spec.packs_path),
@@ -106,6 +107,30 @@ def prepare_tasks(tasks: list[str], metadata: dict | None = None, shard: Shard |
     if cache is not None:
         cache.close()
     return out
+
+
+def _roles_changed(spec, log) -> bool:
+    """Whether a served role's live identity (what its server reports now) differs from the one the packs' pre-pass
+    recorded: then the pre-pass runs again (its stages miss the cache under the new identity). A server that cannot
+    be reached now is reported and the packs are kept (roles are often stopped once their work is done)."""
+    import json
+
+    from ..errors import Medr2Error
+    from ..pipeline.identity import backend_identity
+
+    recorded = json.loads(spec.record_path.read_text(encoding="utf-8")).get("models") or {}
+    for role, identity in recorded.items():
+        if not identity.startswith("openai:"):
+            continue
+        try:
+            now = backend_identity(spec.cfg.role(role), live=True)
+        except Medr2Error as exc:
+            log(f"{spec.name}: role {role}: {exc}; keeping the packs made with {identity}")
+            continue
+        if now != identity:
+            log(f"{spec.name}: role {role} is served with other settings now ({now}, was {identity}): preparing again")
+            return True
+    return False
 
 
 def _ray_shard(tasks: list[str], metadata: dict | None, shard: Shard, env: dict) -> dict:

@@ -73,6 +73,7 @@ class PrepassSpec:
     limited: bool = False  # the items are the first ``limit`` of the task's items
     scoring: str = "letters"  # how the target answers: the demonstrations are rendered for it
     unprepared: tuple[Record, ...] = ()  # the task's items after the limit: rows lm-eval must not evaluate
+    roles_check: dict | None = None  # which embedded parts run behind which target (not part of the identity)
 
     def identity(self, items: bool = True) -> dict:
         from ..pipeline.identity import backend_identity
@@ -117,10 +118,66 @@ class PrepassSpec:
         return dataclasses.replace(self, eval_records=self.eval_records[index::count], demos=self.demos[index::count])
 
 
+def embedded_parts(cfg: MethodConfig) -> list[str]:
+    """The parts of a method that run on an embedded (CPU-sized) model: the roles it uses, the packing tokenizer,
+    and an index whose retrievers are embedded (the demo indexes)."""
+    from ..corpus.recipe import find_recipe, load_recipe
+
+    parts = [f"role {role} ({cfg.role(role)['model']})" for role in cfg.roles_used()
+             if str(cfg.role(role)["model"]).startswith("embedded:")]
+    if cfg.target_tokenizer.startswith("embedded:"):
+        parts.append(f"the packing tokenizer ({cfg.target_tokenizer})")
+    try:
+        recipe = load_recipe(str(find_recipe(cfg.index)))
+    except ConfigError:
+        return parts  # an index built from a recipe outside the repository: not judged here
+    if recipe.dense is not None and recipe.dense.encoder.startswith("embedded:"):
+        parts.append(f"index {cfg.index} (dense {recipe.dense.encoder})")
+    return parts
+
+
+def target_from_argv(argv: list[str] | None = None) -> str | None:
+    """The target a plain ``lm_eval --model M --model_args pretrained=P`` run evaluates (lm-eval never shows it to
+    a dataset hook): ``P`` (or ``M``), or None when this process is not such a run."""
+    import sys
+
+    argv = sys.argv if argv is None else argv
+    flags = {a.split("=", 1)[0]: (a.split("=", 1)[1] if "=" in a else argv[i + 1] if i + 1 < len(argv) else "")
+             for i, a in enumerate(argv) if a.startswith("--model")}
+    if "--model" not in flags:
+        return None
+    pretrained = [p.split("=", 1)[1] for p in flags.get("--model_args", "").split(",") if p.startswith("pretrained=")]
+    return pretrained[0] if pretrained else flags["--model"]
+
+
+def check_roles(cfg: MethodConfig, target: str | None, allow: bool, where: str) -> dict:
+    """A non-embedded target with embedded roles, packing tokenizer or a demo index is an error naming each part,
+    unless the run says ``allow_embedded_roles: true`` (recorded). ``target``: what the run evaluates (``medr2
+    eval`` passes it; a plain lm_eval run's is read from its command line)."""
+    from ..llm.embedded import is_embedded, is_embedded_path
+
+    parts = embedded_parts(cfg)
+    target = target or target_from_argv()
+    out = {"target": target, "embedded_parts": parts, "allowed": bool(allow and parts)}
+    if not parts or allow:
+        return out
+    if target is None:
+        log.warning("%s: the target is unknown to this hook (pass --metadata '{\"target\": \"<model>\"}'); these "
+                    "parts run on embedded models: %s", where, "; ".join(parts))
+        return out
+    if is_embedded(target) or is_embedded_path(target):
+        return out
+    raise ConfigError(f"{where}: the target {target} is not an embedded model, but {'; '.join(parts)} would run on "
+                      "embedded models (a 270M judge behind a GPU target): give the roles served models "
+                      "(method_override llm/roles, experiments/roles.yaml), a paper index and the target's "
+                      "target_tokenizer, or set --metadata '{\"allow_embedded_roles\": true}' to run them anyway")
+
+
 def prepass_spec(benchmark: str, method: str = "medr2", scoring: str = "letters", source: str = "local",
                  data_dir: str | None = None, subject: str | None = None, limit: int | None = None,
                  split: str | None = None, trained_items: list[str] | None = None,
-                 cases_file: str | dict | None = None, **metadata) -> PrepassSpec:
+                 cases_file: str | dict | None = None, target: str | None = None,
+                 allow_embedded_roles: bool = False, **metadata) -> PrepassSpec:
     """The pre-pass of a task from the keyword arguments lm-eval gives its ``custom_dataset`` hook (task
     metadata merged with ``--metadata``, then ``dataset_kwargs``: benchmark, method name, scoring, subject)."""
     named = methods.method(method)
@@ -132,6 +189,9 @@ def prepass_spec(benchmark: str, method: str = "medr2", scoring: str = "letters"
     # settings: the method's registry entry over MethodConfig's defaults, then the user's overrides
     merged = merge(named.variant(), metadata.pop("method_override", {}) or {})
     cfg = MethodConfig.from_dict(merged, f"{benchmark} method")
+    if not isinstance(allow_embedded_roles, bool):
+        raise ConfigError(f"{benchmark}: metadata allow_embedded_roles must be true or false, found {allow_embedded_roles!r}")
+    roles_check = check_roles(cfg, target, allow_embedded_roles, f"{benchmark} {method}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0):
         raise ConfigError(f"{benchmark}: metadata limit must be a number >= 0, found {limit!r}")
     pools = data.pools(benchmark, source=source, data_dir=data_dir, cases_file=cases_file)
@@ -142,7 +202,8 @@ def prepass_spec(benchmark: str, method: str = "medr2", scoring: str = "letters"
     if limited:
         eval_records = eval_records[: int(limit)]
     demos = pools.demos[: cfg.max_demos] if cfg.max_demos is not None else pools.demos
-    return PrepassSpec(benchmark, subject, split, source, cfg, list(eval_records), list(demos), limited, scoring, rest)
+    return PrepassSpec(benchmark, subject, split, source, cfg, list(eval_records), list(demos), limited, scoring, rest,
+                       roles_check)
 
 
 # -- packs: the artifact the hook reads ----------------------------------------------------------------------

@@ -54,6 +54,7 @@ class EvalConfig:
     num_fewshot: int | None = None
     batch_size: str | None = None
     gen_kwargs: str | None = None
+    apply_chat_template: bool = False  # the target's chat template around each prompt (lm-eval's flag)
     device: str | None = None
     log_samples: bool = True
     output_path: str | None = None
@@ -251,10 +252,12 @@ def run_eval(cfg: EvalConfig) -> dict:
     training = fine_tuned(model_args.get("pretrained", ""))
     if training:  # tasks refuse items the checkpoint was trained on; the cost goes beside the accuracy
         metadata["trained_items"] = training["trained_items"]
-    task_manager = check_tasks(cfg.tasks, metadata)
     embedded_name = cfg.model if embedded.is_embedded(cfg.model) else parse_model_args(cfg.model_args).get("pretrained", "")
     if training:  # a checkpoint fine-tuned from an embedded model keeps its base model's safe batch size
         embedded_name = training["recipe"]["model"]
+    # what the target is, for the pre-pass's rule on embedded roles behind a non-embedded target
+    metadata.setdefault("target", str(embedded_name or model_args.get("model") or cfg.model))
+    task_manager = check_tasks(cfg.tasks, metadata)
     device = cfg.device or _default_device()
     # lm-eval's "auto" probes for the largest batch that fits a GPU; on a CPU it grows until the machine swaps
     batch_size = cfg.batch_size or default_batch_size(embedded_name, cfg.tasks) or ("auto" if device != "cpu" else 4)
@@ -274,6 +277,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         limit=cfg.limit,
         log_samples=cfg.log_samples,
         gen_kwargs=cfg.gen_kwargs,
+        apply_chat_template=cfg.apply_chat_template,
         task_manager=task_manager,
         random_seed=cfg.seed,
         numpy_random_seed=cfg.seed,

@@ -48,12 +48,20 @@ class MethodConfig:
     # "based on semantic relevance to the current query": the iteration's retrieval query (question +
     # reformulation + option-free CoT). "question": the question stem alone.
     rerank_query: str = "query"
+    # The retrieval query: "paper" (§3.1: the reformulated query q_EBM, plus the previous CoT from t = 2) or
+    # "question_first" (the question, its reformulation, then the CoT).
+    query: str = "question_first"
     conflict: ConflictConfig = field(default_factory=ConflictConfig)
     alpha: float = 1.0
+    # Alg. 2 stops at t when Acc_t / mu_t > delta, where mu_t is the L2 shift between consecutive coarse sets'
+    # centroids of unit-normalised dense embeddings (a number in [0, 2]): with Acc = 1 the loop stops once
+    # mu_t < 1 / delta = 0.146 (see README "Method choices": stopping iterations for other deltas).
     delta: float = 6.85
+    delta_unit: str = "l2_centroid_shift_unit_embeddings"
     iterations: int = 5
     window: int = 4096
     evidence_share: float = 0.5
+    answer_tokens: int = 0  # the window's room kept for the target's answer (generative scoring: its max_gen_toks)
     demo_evidence: int = 1  # evidence documents shown with each demonstration
     max_demos: int | None = None  # cap on the demonstration pool (None: Table 7's n-shot, the whole pool)
     target_tokenizer: str = "embedded:gemma-270m"
@@ -81,10 +89,15 @@ class MethodConfig:
             raise ValueError(f"unit must be passage or document, found {self.unit!r}")
         if self.label_scoring not in ("letters", "token_mean"):
             raise ValueError(f"label_scoring must be letters or token_mean, found {self.label_scoring!r}")
+        if self.query not in ("paper", "question_first"):
+            raise ValueError(f"query must be paper or question_first, found {self.query!r}")
         if self.rerank_query not in ("query", "question"):
             raise ValueError(f"rerank_query must be query or question, found {self.rerank_query!r}")
         if self.coarse not in ("llm", "cross_encoder"):
             raise ValueError(f"coarse must be llm or cross_encoder, found {self.coarse!r}")
+        if self.delta_unit != "l2_centroid_shift_unit_embeddings":
+            raise ValueError("delta_unit: delta is compared with the L2 centroid shift of unit-normalised embeddings "
+                             f"(l2_centroid_shift_unit_embeddings), found {self.delta_unit!r}")
         if self.pipeline not in PIPELINES:
             raise ValueError(f"pipeline must be one of {', '.join(PIPELINES)}, found {self.pipeline!r}")
         needed = self.reformulate or self.rerank
@@ -100,7 +113,7 @@ class MethodConfig:
         for name in ("iterations", "retrieve_k", "coarse_k", "window", "max_doc_tokens", "cot_max_new_tokens",
                      "reformulate_max_new_tokens", "augment_max_new_tokens"):
             in_range(self, name, 1)
-        for name in ("demo_evidence", "max_demos", "alpha", "delta"):
+        for name in ("demo_evidence", "max_demos", "alpha", "delta", "answer_tokens"):
             in_range(self, name, 0)
         in_range(self, "evidence_share", 0, 1, low_open=True)
         for name in ("relevance_threshold", "usefulness_threshold"):
@@ -108,6 +121,21 @@ class MethodConfig:
 
     def role(self, name: str) -> dict:
         return dict(self.roles.get(name) or self.llm)
+
+    def roles_used(self) -> tuple[str, ...]:
+        """The roles this method's stages call (the others' specs are never loaded)."""
+        if self.pipeline == "llm_amt":
+            used = {"augmenter", "relevance", "usefulness", "cot"}
+        else:
+            used = {"classifier"} if self.classify else set()
+            if self.reformulate:
+                used.add("reformulator")
+            if self.rerank:
+                used |= {"reference", "proxy", "leveler", "doc_typer", "conflict"}
+                used |= {"relevance"} if self.coarse == "llm" else set()
+            if self.cot:
+                used |= {"cot", "reference"}
+        return tuple(r for r in ROLES if r in used)
 
     def to_json(self) -> dict:
         return asdict(self)

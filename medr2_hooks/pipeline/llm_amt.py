@@ -3,7 +3,9 @@
 1. **Query augmenter**: the model rewrites the question with precise medical terms, then expands the rewrite
    with a short systematic analysis; the retrieval query is question + rewrite + expansion (an unusable reply is
    replaced by nothing and counted). Options and answers never reach it.
-2. **Hybrid retrieval** over the same index as Med-R² (every retriever the index has, union fusion).
+2. **Hybrid retrieval** over the same index as Med-R² (every retriever the index has, union fusion), then the
+   hybrid retriever's **rerank** (as in LLM-AMT's paper, before the LLM filters): the coarse reranker Med-R² uses
+   (``coarse``: the cross-encoder on GPUs, the LLM judge here), keeping the top ``coarse_k``.
 3. **Knowledge self-refiner**: two yes/no filters, relevance (the same cached stage as Med-R²'s LLM coarse
    rerank) then usefulness ("does this document help answer the question?"); a document is kept when the
    probability of "yes" exceeds the threshold. Rule: when the filters reject every document the reader gets
@@ -18,20 +20,22 @@ import time
 
 from ..apply.pack import pack
 from ..apply.prompts import question_prompt, with_reasoning
-from ..data.record import Question
+from ..data.record import Demo, Question
+from ..llm.backend import Backend
 from ..llm.closed_set import label_distribution
 from ..reformulate import usable
+from .evidence import evidence_record, render_evidence, select_evidence
 from .medr2 import GENERATION_VERSION, MedR2
-from .run import _cots, _evidence_record, render_evidence, select_evidence
+from .stage_runs import StageRuns
 
 
-def rewrite_prompt(backend, question: str) -> str:
+def rewrite_prompt(backend: Backend, question: str) -> str:
     user = ("Rewrite the medical question with precise medical terminology, keeping every clinical detail. "
             f"Write it on one line.\n\nQuestion: {question}")
     return backend.chat(user) + "Rewritten question:"
 
 
-def expand_prompt(backend, question: str, rewrite: str) -> str:
+def expand_prompt(backend: Backend, question: str, rewrite: str) -> str:
     user = ("Analyse the medical question systematically: name the key findings, the likely conditions and the "
             f"mechanisms involved. Write one short paragraph.\n\nQuestion: {rewrite or question}")
     return backend.chat(user) + "Analysis:"
@@ -99,36 +103,41 @@ def refine(m: MedR2, questions: list[str], queries: list[str], candidates: list[
     return kept
 
 
-def prepare(m: MedR2, benchmark: str, questions: list[Question], pmids: list[str | None],
-            demos: list[Question], demo_answers: list[str], demo_pmids: list[str | None],
+def prepare(m: MedR2, benchmark: str, questions: list[Question], demos: list[Demo],
             scoring: str = "letters") -> tuple[list[dict], dict]:
     """Evidence packs for ``questions``: kept knowledge as the prefix and the reader's CoT as ``reasoning``.
     LLM-AMT's reader is zero-shot, so the demonstration pool is not used (and ``scoring`` renders nothing)."""
     started = time.perf_counter()
     cfg = m.cfg
+    runs = StageRuns(m.searcher.retrievers)
     augmented = augment(m, questions)
-    candidates = m.retrieve([a["query"] for a in augmented], pmids)
-    kept = refine(m, [q.question for q in questions], [a["query"] for a in augmented], candidates)
+    queries = [a["query"] for a in augmented]
+    candidates = m.retrieve(queries, [q.exclude_pmid for q in questions])
+    reranked = m.coarse(m.rerank_queries([q.question for q in questions], queries), candidates)
+    kept = refine(m, [q.question for q in questions], queries, reranked)
     selected = [select_evidence(m, hits) for hits in kept]
-    cots = m.cached("cot", [[q.question, q.options, [h["text"] for h in sel]] for q, sel in zip(questions, selected)],
-                    {"model": m.ids["cot"], "max_new_tokens": cfg.cot_max_new_tokens, "version": GENERATION_VERSION},
-                    lambda xs: _cots(m, xs))
+    cots = m.cots([[q.question, q.options, [h["text"] for h in sel]] for q, sel in zip(questions, selected)])
     packs = []
     with m.stage("pack"):
         reasoning = [c["cot"] if cfg.answer_with_cot else None for c in cots]
         question_tokens = m.target_tokens([with_reasoning(question_prompt(benchmark, q), r)
                                            for q, r in zip(questions, reasoning)])
-        for q_tokens, sel, cand, aug, c, r in zip(question_tokens, selected, candidates, augmented, cots, reasoning):
+        for q, q_tokens, sel, cand, rr, kp, aug, c, r in zip(questions, question_tokens, selected, candidates,
+                                                            reranked, kept, augmented, cots, reasoning):
             ev_tokens = m.target_tokens([f"[{i}] {h['text']}\n" for i, h in enumerate(sel, 1)])
-            packed = pack(q_tokens, ev_tokens, [], cfg.window, cfg.evidence_share)
+            packed = pack(q_tokens, ev_tokens, [], cfg.window, cfg.evidence_share, 16 + cfg.answer_tokens)
             m.counts["question_over_window"] += packed.question_over_window
             used = [sel[i] for i in packed.evidence]
+            runs.add_iteration(q.id, 1, cand, rr, kp, sel)  # LLM-AMT's refined knowledge is its "fine" stage
+            runs.add_packed(q.id, used, 1)
             packs.append({
                 "prefix": render_evidence([h["text"] for h in used]), "reasoning": r,
-                "evidence": [{**_evidence_record(h), "relevance": h["relevance"], "usefulness": h["usefulness"]}
+                "evidence": [{**evidence_record(h), "relevance": h["relevance"], "usefulness": h["usefulness"]}
                              for h in used],
                 "effective_k": len(used), "n_demos": 0, "prompt_tokens": packed.tokens, "cot": c["cot"],
                 "cot_answer": c["answer"], "augmented_query": aug, "retrieved_ids": [h["doc_id"] for h in cand],
                 "iterations": [], "stopped_at": None,
             })
-    return packs, m.run_record(started, len(questions), 0)
+    record = m.run_record(started, len(questions), 0)
+    record["stage_runs"] = runs.for_items({q.id for q in questions})
+    return packs, record

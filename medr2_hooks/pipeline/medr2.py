@@ -28,11 +28,12 @@ from ..llm.closed_set import LABEL_SCORING_VERSION, label_distribution
 from ..llm.openai_backend import EndpointError
 from ..rerank import fine
 from .config import ROLES, MethodConfig
-from .identity import backend_identity
+from .identity import RoleIds
 from .shapes import STAGE_SHAPES
 
 # Bump when post-processing of generated text changes, so cached generations are recomputed.
-GENERATION_VERSION = 2
+# 3: CoTs end at end of turn or a new question/evidence block (no longer at the first blank line) and record length.
+GENERATION_VERSION = 3
 
 
 class MedR2:
@@ -42,7 +43,10 @@ class MedR2:
         self._searcher = searcher
         self.timings: Counter = Counter()
         self.counts: Counter = Counter()
-        self.ids = {role: backend_identity(cfg.role(role)) for role in ROLES}
+        self.cot_lengths: list[int] = []
+        # live: a served role's identity holds what its server reports (root, max_model_len), so a server restarted
+        # with other settings (YaRN, another context) never reuses generations made under the old ones
+        self.ids = RoleIds(cfg.role, ROLES)
 
     # -- plumbing --------------------------------------------------------------------------------------------
     @contextmanager
@@ -93,9 +97,10 @@ class MedR2:
     def run_record(self, started: float, questions: int, demos: int) -> dict:
         """What a pre-pass did: settings, models, index, per-stage seconds, counts, cache hits, model usage."""
         return {"method": self.cfg.method, "pipeline": self.cfg.pipeline, "config": self.cfg.to_json(),
-                "models": self.ids, "index": {k: self.searcher.manifest[k] for k in ("name", "recipe_hash", "corpus_hash")},
+                "models": self.ids.used(), "index": {k: self.searcher.manifest[k] for k in ("name", "recipe_hash", "corpus_hash")},
                 "questions": questions, "demos": demos, "wall_seconds": round(time.perf_counter() - started, 2),
                 "stage_seconds": {k: round(v, 2) for k, v in self.timings.items()}, "counts": dict(self.counts),
+                "cot_tokens": _summary(self.cot_lengths, self.cfg.cot_max_new_tokens),
                 "cache": dict(self.cache.stats), "usage": self.pool.usage()}
 
     # -- question-only stages ----------------------------------------------------------------------------------
@@ -157,6 +162,47 @@ class MedR2:
         self.counts["empty_reference_answers"] += sum(not r["label"] for r in out)
         return out
 
+    # -- chains of thought ------------------------------------------------------------------------------------
+    def cots(self, items: list[list]) -> list[dict]:
+        """The CoT stage over ``[question, options, evidence texts]`` items: ``{"cot", "answer", "tokens",
+        "at_limit"}`` each (the answer read by closed-set scoring, or a short name for free text)."""
+        config = {"model": self.ids["cot"], "max_new_tokens": self.cfg.cot_max_new_tokens,
+                  "version": GENERATION_VERSION}
+        out = self.cached("cot", items, config, lambda xs: self._generate_cots(xs))
+        self.cot_lengths += [c["tokens"] for c in out]
+        self.counts["cot_at_limit"] += sum(c["at_limit"] for c in out)
+        return out
+
+    def demo_rationales(self, items: list[list]) -> list[dict]:
+        """Demonstration rationales over ``[question, options, evidence texts, gold answer]`` items: the CoT
+        generator knows the gold answer (demonstrations are training-side); ``agrees`` says whether the answer read
+        after the rationale is that gold answer (one that concludes another is not shown)."""
+        config = {"model": self.ids["cot"], "max_new_tokens": self.cfg.cot_max_new_tokens,
+                  "version": GENERATION_VERSION}
+
+        def compute(xs):
+            out = self._generate_cots([x[:3] for x in xs], [x[3] for x in xs])
+            for o, x in zip(out, xs):
+                answer = o["answer"] or {}
+                best = max(answer, key=answer.get) if answer else None
+                o["agrees"] = best is not None and (best == x[3] if x[1] else best == normalise(x[3]))
+            return out
+
+        return self.cached("demo_cot", items, config, compute)
+
+    def _generate_cots(self, items: list, answers: list[str] | None = None) -> list[dict]:
+        backend = self.llm("cot")
+        prompts = [cot_stage.cot_prompt(backend, q, o, ev, answers[i] if answers else None)
+                   for i, (q, o, ev) in enumerate(items)]
+        texts = cot_stage.generate_cot(backend, prompts, self.cfg.cot_max_new_tokens)
+        # the answer is read after the reasoning alone: a rationale's prompt names the gold answer, so it is read
+        # from the plain CoT prompt (what would this reasoning conclude?), never from the prompt that gave it away
+        plain = [cot_stage.cot_prompt(backend, q, o, ev) for q, o, ev in items] if answers else prompts
+        read = cot_stage.cot_answers(backend, plain, texts, [list(o) for _, o, _ in items])
+        lengths = backend.count_tokens(texts) if texts else []
+        return [{"cot": c, "answer": a, "tokens": n, "at_limit": n >= self.cfg.cot_max_new_tokens - 1}
+                for c, a, n in zip(texts, read, lengths)]
+
     # -- evidence ---------------------------------------------------------------------------------------------
     def retrieve(self, queries: list[str], pmids: list[str | None]) -> list[list[dict]]:
         cfg = self.cfg
@@ -173,6 +219,8 @@ class MedR2:
         # without evidence like a direct-response item instead of failing the run.
         searchable = [i for i, q in enumerate(queries) if q.strip()]
         self.counts["empty_questions"] += len(queries) - len(searchable)
+        for name, n in self.searcher.overlong_queries([queries[i] for i in searchable]).items():
+            self.counts[f"queries_cut:{name}"] += n  # the retriever read only the start of these queries
         found = self.cached("retrieve", [[queries[i], pmids[i]] for i in searchable], config, compute, batch_size=256)
         out: list[list[dict]] = [[] for _ in queries]
         for i, hits in zip(searchable, found):
@@ -200,10 +248,14 @@ class MedR2:
 
         def compute(items):
             state.setdefault("scorer", make())
+            if hasattr(state["scorer"], "overlong"):  # the cross-encoder reads at most its model's length
+                self.counts["rerank_pairs_cut"] += state["scorer"].overlong([tuple(x) for x in items])
             return state["scorer"].score([tuple(x) for x in items])
 
-        scores = iter(self.cached("coarse", pairs, {"model": model_id, "max_doc_tokens": self.cfg.max_doc_tokens},
-                                  compute, batch_size=128))
+        config = {"model": model_id, "max_doc_tokens": self.cfg.max_doc_tokens}
+        if model_id.startswith("cross_encoder:"):
+            config["max_length"] = "model"  # the model's own maximum (was 512 tokens)
+        scores = iter(self.cached("coarse", pairs, config, compute, batch_size=128))
         return [[next(scores) for _ in hits] for hits in candidates]
 
     def rerank_queries(self, questions: list[str], queries: list[str]) -> list[str]:
@@ -281,6 +333,14 @@ class MedR2:
             kept = [s for i, s in enumerate(scored) if i not in dropped]
             out.append(sorted(kept, key=lambda s: -s["F"]))
         return out
+
+
+def _summary(lengths: list[int], budget: int) -> dict:
+    """CoT lengths in tokens: how many, mean, max, and how many reached the budget (cut short)."""
+    if not lengths:
+        return {"n": 0}
+    return {"n": len(lengths), "mean": round(sum(lengths) / len(lengths), 1), "max": max(lengths), "budget": budget,
+            "at_limit": sum(n >= budget - 1 for n in lengths)}
 
 
 def answer_text(reference: dict) -> str:

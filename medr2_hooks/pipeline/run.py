@@ -1,4 +1,6 @@
-"""Alg. 2 over a whole task, then packing: :func:`prepare` returns one evidence pack per question."""
+"""The Med-R² pipeline (paper Alg. 2 over a whole task, then packing) and its ablations: :func:`prepare` returns
+one evidence pack per question and the pre-pass record, with every stage's ranked documents per iteration
+(``record["stage_runs"]``: what ``medr2 evidence`` scores against gold evidence)."""
 
 from __future__ import annotations
 
@@ -6,31 +8,26 @@ import time
 
 import numpy as np
 
-from .. import cot as cot_stage
 from .. import loop
 from ..apply.pack import pack
-from ..apply.prompts import demonstration, question_prompt, with_reasoning
-from ..data.record import Question
+from ..apply.prompts import question_prompt, with_reasoning
+from ..data.record import Demo, Question
 from ..reformulate import iteration_query
-from .medr2 import GENERATION_VERSION, MedR2
+from .evidence import evidence_record, render_demo, render_evidence, select_evidence
+from .medr2 import MedR2
+from .stage_runs import StageRuns
 
 
-def _evidence_record(h: dict) -> dict:
-    keys = ("doc_id", "passage", "source_type", "evidence_level", "f_h", "f_g", "f_u", "F", "coarse", "scores", "title")
-    return {k: h.get(k) for k in keys}
-
-
-def iterate(m: MedR2, questions: list[Question], pmids: list[str | None]) -> list[dict]:
-    """Alg. 2 for every question together; returns, per question, the kept iteration and the history."""
+def iterate(m: MedR2, questions: list[Question], runs: StageRuns | None = None) -> list[dict]:
+    """Alg. 2 for every question together; returns, per question, the kept iteration and the history. ``runs``
+    collects each stage's ranked documents per question and iteration."""
     cfg = m.cfg
     labels = m.classify(questions)
     reforms = m.reformulate(questions, labels)
     refs = m.references(questions) if (cfg.rerank or cfg.cot) else [None] * len(questions)
     state = [{"iterations": [], "cot": None, "prev_centroid": None, "done": False} for _ in questions]
-    cot_config = {"model": m.ids["cot"], "max_new_tokens": cfg.cot_max_new_tokens, "version": GENERATION_VERSION}
     if cfg.cot and cfg.cot_in_first_query:  # Med-R²-CoT: a CoT from the question alone seeds iteration 1
-        seeds = m.cached("cot", [[q.question, q.options, []] for q in questions], cot_config, lambda xs: _cots(m, xs))
-        for s, c in zip(state, seeds):
+        for s, c in zip(state, m.cots([[q.question, q.options, []] for q in questions])):
             s["cot"] = c["cot"]
     rounds = cfg.iterations if cfg.cot else 1
     for t in range(1, rounds + 1):
@@ -38,15 +35,14 @@ def iterate(m: MedR2, questions: list[Question], pmids: list[str | None]) -> lis
         if not active:
             break
         queries = [iteration_query(questions[i].question, reforms[i], state[i]["cot"], t, cfg.cot_in_first_query,
-                                   questions[i].options)
-                   for i in active]
-        candidates = m.retrieve(queries, [pmids[i] for i in active])
+                                   questions[i].options, cfg.query) for i in active]
+        candidates = m.retrieve(queries, [questions[i].exclude_pmid for i in active])
         coarse = m.coarse(m.rerank_queries([questions[i].question for i in active], queries), candidates)
         ranked = m.fine([questions[i] for i in active], [labels[i] for i in active], [refs[i] for i in active], coarse)
         selected = [select_evidence(m, hits) for hits in ranked]
         if cfg.cot:
-            cots = m.cached("cot", [[questions[i].question, questions[i].options, [h["text"] for h in sel]]
-                                    for i, sel in zip(active, selected)], cot_config, lambda xs: _cots(m, xs))
+            cots = m.cots([[questions[i].question, questions[i].options, [h["text"] for h in sel]]
+                           for i, sel in zip(active, selected)])
         else:
             cots = [{"cot": None, "answer": None} for _ in active]
         for j, i in enumerate(active):
@@ -60,9 +56,12 @@ def iterate(m: MedR2, questions: list[Question], pmids: list[str | None]) -> lis
                 acc = float(max(cots[j]["answer"], key=cots[j]["answer"].get) == refs[i]["label"])
             st["iterations"].append({
                 "t": t, "query": queries[j], "doc_ids": [h["doc_id"] for h in candidates[j]],
-                "coarse_ids": [h["doc_id"] for h in coarse[j]], "selected": [_evidence_record(h) for h in selected[j]],
+                "coarse_ids": [h["doc_id"] for h in coarse[j]], "selected": [evidence_record(h) for h in selected[j]],
                 "mu": mu, "acc": acc, "cot": cots[j]["cot"], "cot_answer": cots[j]["answer"],
             })
+            if runs is not None:
+                runs.add_iteration(questions[i].id, t, candidates[j], coarse[j], ranked[j] if cfg.rerank else None,
+                                   selected[j])
             st["evidence"] = selected[j]
             st["cot"], st["prev_centroid"] = cots[j]["cot"], cen
             if acc is not None and loop.should_stop(acc, mu, cfg.delta):
@@ -76,57 +75,63 @@ def iterate(m: MedR2, questions: list[Question], pmids: list[str | None]) -> lis
     return state
 
 
-def _cots(m: MedR2, items: list) -> list[dict]:
-    backend = m.llm("cot")
-    prompts = [cot_stage.cot_prompt(backend, q, o, ev) for q, o, ev in items]
-    texts = cot_stage.generate_cot(backend, prompts, m.cfg.cot_max_new_tokens)
-    answers = cot_stage.cot_answers(backend, prompts, texts, [list(o) for _, o, _ in items])
-    return [{"cot": c, "answer": a} for c, a in zip(texts, answers)]
+def demonstrations(m: MedR2, benchmark: str, demos: list[Demo], states: list[dict], scoring: str) -> list[str]:
+    """The rendered demonstrations: each with its loop's final evidence and a rationale generated knowing its gold
+    answer; a demonstration whose rationale concludes another answer is left out (``counts.demos_disagreeing``)."""
+    if not m.cfg.cot or not demos:
+        return []
+    evidence = [[h["text"] for h in s.get("evidence", [])[: m.cfg.demo_evidence]] for s in states]
+    rationales = m.demo_rationales([[d.question.question, d.question.options, ev, d.answer]
+                                    for d, ev in zip(demos, evidence)])
+    m.counts["demos_disagreeing"] += sum(not r["agrees"] for r in rationales)
+    return [render_demo(benchmark, d.question, d.answer, ev, r["cot"], scoring)
+            for d, ev, r in zip(demos, evidence, rationales) if r["agrees"]]
 
 
-def select_evidence(m: MedR2, ranked: list[dict]) -> list[dict]:
-    """The best documents (by F, or retrieval order without the reranker) that fit the evidence share of ``w``."""
-    tokens = m.target_tokens([h["text"] for h in ranked])
-    chosen = pack(0, tokens, [], m.cfg.window, m.cfg.evidence_share, reserve=0).evidence
-    return [ranked[i] for i in chosen]
-
-
-def render_evidence(texts: list[str]) -> str:
-    return "Evidence:\n" + "\n".join(f"[{i}] {t.strip()}" for i, t in enumerate(texts, 1)) + "\n\n" if texts else ""
-
-
-def render_demo(benchmark: str, q: Question, answer: str, evidence: list[str], cot: str | None,
-                scoring: str = "letters") -> str:
-    return f"{render_evidence(evidence)}{demonstration(question_prompt(benchmark, q), answer, cot, scoring)}\n\n"
-
-
-def prepare(m: MedR2, benchmark: str, questions: list[Question], pmids: list[str | None],
-            demos: list[Question], demo_answers: list[str], demo_pmids: list[str | None],
+def prepare(m: MedR2, benchmark: str, questions: list[Question], demos: list[Demo],
             scoring: str = "letters") -> tuple[list[dict], dict]:
     """Evidence packs for ``questions`` (prompt prefix + provenance) and the run record; the demonstrations are
     rendered for ``scoring`` (letters: ``Answer: X``; generative: reasoning, then ``the answer is (X)``)."""
     started = time.perf_counter()
-    states = iterate(m, questions + demos, pmids + demo_pmids)
+    runs = StageRuns(m.searcher.retrievers)
+    states = iterate(m, questions + [d.question for d in demos], runs)
     q_states, d_states = states[: len(questions)], states[len(questions):]
-    demo_texts = [render_demo(benchmark, q, a, [h["text"] for h in s.get("evidence", [])[: m.cfg.demo_evidence]],
-                              s["cot"], scoring) for q, a, s in zip(demos, demo_answers, d_states)] if m.cfg.cot else []
+    demo_texts = demonstrations(m, benchmark, demos, d_states, scoring)
     demo_tokens = m.target_tokens(demo_texts)
     packs = []
     with m.stage("pack"):
         reasoning = [s["cot"] if m.cfg.answer_with_cot else None for s in q_states]
         question_tokens = m.target_tokens([with_reasoning(question_prompt(benchmark, q), r)
                                            for q, r in zip(questions, reasoning)])
-        for q_tokens, s, r in zip(question_tokens, q_states, reasoning):
+        for q, q_tokens, s, r in zip(questions, question_tokens, q_states, reasoning):
             evidence = s.get("evidence", [])
             ev_tokens = m.target_tokens([f"[{i}] {h['text']}\n" for i, h in enumerate(evidence, 1)])
-            packed = pack(q_tokens, ev_tokens, demo_tokens, m.cfg.window, m.cfg.evidence_share)
+            packed = pack(q_tokens, ev_tokens, demo_tokens, m.cfg.window, m.cfg.evidence_share, 16 + m.cfg.answer_tokens)
             m.counts["question_over_window"] += packed.question_over_window
             used = [evidence[i] for i in packed.evidence]
+            runs.add_packed(q.id, used, s["stopped_at"] or len(s["iterations"]))
             prefix = "".join(demo_texts[i] for i in packed.demos) + render_evidence([h["text"] for h in used])
             packs.append({
-                "prefix": prefix, "reasoning": r, "evidence": [_evidence_record(h) for h in used], "effective_k": len(used),
+                "prefix": prefix, "reasoning": r, "evidence": [evidence_record(h) for h in used], "effective_k": len(used),
                 "n_demos": len(packed.demos), "prompt_tokens": packed.tokens, "cot": s["cot"],
                 "iterations": s["iterations"], "stopped_at": s["stopped_at"], "labels": s["labels"],
                 "reformulation": s["reformulation"], "reference": s["reference"],
             })
-    return packs, m.run_record(started, len(questions), len(demos))
+    record = m.run_record(started, len(questions), len(demos))
+    record["loop"] = loop_summary(q_states, m.cfg.iterations if m.cfg.cot else 1)
+    record["stage_runs"] = runs.for_items({q.id for q in questions})
+    return packs, record
+
+
+def loop_summary(states: list[dict], rounds: int) -> dict:
+    """Where Alg. 2 stopped (items per stopping iteration; ``none``: ran all ``rounds``) and μ per iteration
+    (quartiles over the items that reached it)."""
+    stopped = {str(t): 0 for t in range(1, rounds + 1)} | {"none": 0}
+    mus: dict[int, list[float]] = {}
+    for s in states:
+        stopped[str(s["stopped_at"]) if s["stopped_at"] else "none"] += 1
+        for it in s["iterations"]:
+            if it["mu"] is not None:
+                mus.setdefault(it["t"], []).append(it["mu"])
+    return {"stopped_at": stopped, "mu": {str(t): [round(float(q), 4) for q in np.quantile(v, [0.25, 0.5, 0.75])]
+                                          for t, v in sorted(mus.items())}}

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from ..llm.backend import Backend
+
 INSTRUCTIONS = {
     "diagnosis": "Name the condition to be diagnosed and ask how accurate, sensitive or specific the relevant "
                  "diagnostic tests or findings are.",
@@ -31,7 +33,7 @@ FORMAT = "Write one query on one line."
 MIN_CHARS = 12
 
 
-def reformulation_prompt(backend, question: str, category: str) -> str:
+def reformulation_prompt(backend: Backend, question: str, category: str) -> str:
     user = f"{TASK} {INSTRUCTIONS[category]}\n{FORMAT}\n\nQuestion: {question}"
     return backend.chat(user) + "Search query:"
 
@@ -49,7 +51,7 @@ def echoes_prompt(question: str, category: str, query: str) -> bool:
     return bool(reply) and reply in prompt
 
 
-def reformulate(backend, questions: list[str], categories: list[str], max_new_tokens: int = 64) -> list[dict]:
+def reformulate(backend: Backend, questions: list[str], categories: list[str], max_new_tokens: int = 64) -> list[dict]:
     """``{"query": text, "fallback": bool}`` per question (fallback: the original question was kept)."""
     prompts = [reformulation_prompt(backend, q, c) for q, c in zip(questions, categories)]
     replies = backend.generate(prompts, max_new_tokens=max_new_tokens, stop=["\n"], role="reformulator")
@@ -57,11 +59,18 @@ def reformulate(backend, questions: list[str], categories: list[str], max_new_to
             for q, r in zip(questions, replies)]
 
 
-def retrieval_query(question: str, reformulation: str | None, cot: str | None) -> str:
-    """What the retriever sees: the question, its reformulation, and (from iteration 2) the previous CoT."""
-    parts = [question]
-    if reformulation and reformulation.strip() != question.strip():
-        parts.append(reformulation)
+QUERY_COMPOSITIONS = ("paper", "question_first")
+
+
+def retrieval_query(question: str, reformulation: str | None, cot: str | None,
+                    composition: str = "question_first") -> str:
+    """What the retriever sees. ``paper`` (§3.1, Alg. 2): the reformulated query q_EBM (the question when there is
+    no reformulation), then (from iteration 2) the previous CoT. ``question_first``: the question, its
+    reformulation, then the CoT."""
+    if composition not in QUERY_COMPOSITIONS:
+        raise ValueError(f"query composition {composition!r}; valid: {', '.join(QUERY_COMPOSITIONS)}")
+    reformulated = reformulation if reformulation and reformulation.strip() != question.strip() else None
+    parts = [reformulated or question] if composition == "paper" else [question, *([reformulated] if reformulated else [])]
     if cot:
         parts.append(cot)
     return "\n".join(parts)
@@ -88,8 +97,10 @@ def without_options(text: str, options: dict[str, str] | None) -> str:
 
 
 def iteration_query(question: str, reformulation: str | None, previous_cot: str | None, t: int,
-                    cot_in_first_query: bool = False, options: dict[str, str] | None = None) -> str:
+                    cot_in_first_query: bool = False, options: dict[str, str] | None = None,
+                    composition: str = "question_first") -> str:
     """The retrieval query of Alg. 2 iteration ``t``: the CoT (option texts and letters removed) joins from
     t = 2 (from t = 1 for Med-R²-CoT)."""
     use_cot = t > 1 or cot_in_first_query
-    return retrieval_query(question, reformulation, without_options(previous_cot, options) if use_cot else None)
+    return retrieval_query(question, reformulation, without_options(previous_cot, options) if use_cot else None,
+                           composition)

@@ -26,18 +26,29 @@ class LLMReranker:
 
 
 class CrossEncoderReranker:
-    def __init__(self, model: str = "BAAI/bge-reranker-v2-m3", max_length: int = 512, batch_size: int = 32,
+    """``max_length``: query + document tokens read per pair; default the model's own maximum (bge-reranker-v2-m3:
+    8192), so a long query (question, reformulation and CoT) is not cut at 512 tokens. ``overlong(pairs)`` counts
+    the pairs that still exceed it."""
+
+    def __init__(self, model: str = "BAAI/bge-reranker-v2-m3", max_length: int | None = None, batch_size: int = 32,
                  device: str | None = None):
         from FlagEmbedding import FlagReranker
+        from transformers import AutoTokenizer
 
         from ..llm.embedded import resolve
-        from ..retrieve.encoders import default_device, weights_revision
+        from ..llm.local import default_device, weights_revision
 
         path = resolve(model)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        max_length = max_length or min(int(self.tokenizer.model_max_length), 8192)
+        self.max_length = max_length
         device = device or default_device()
         self.reranker = FlagReranker(path, use_fp16=device.startswith("cuda"), devices=device, max_length=max_length,
                                      batch_size=batch_size)
         self.model_id = f"cross_encoder:{model}@{weights_revision(path)}"
+
+    def overlong(self, pairs: list[tuple[str, str]]) -> int:
+        return sum(len(ids) > self.max_length for ids in self.tokenizer([q for q, _ in pairs], [d for _, d in pairs])["input_ids"])
 
     def score(self, pairs: list[tuple[str, str]]) -> list[float]:
         if not pairs:

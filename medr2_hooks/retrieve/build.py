@@ -267,7 +267,8 @@ def build_sparse_splade(recipe: Recipe, store: CorpusStore, folder: Path, corpus
     next shard; the shards are the index, read together at search time), plus Lucene's impact index when asked."""
     from tqdm.auto import tqdm
 
-    from .encoders import all_devices, weights_revision
+    from ..llm.local import weights_revision
+    from .encoders import all_devices
     from .shards import CSR, encode_shards
     from .sparse import SpladeEncoder
 

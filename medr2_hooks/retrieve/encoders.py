@@ -8,42 +8,10 @@ a search whose query encoder has another fingerprint is refused.
 
 from __future__ import annotations
 
-import functools
-import hashlib
-from functools import lru_cache
-from pathlib import Path
-
 import numpy as np
 
 from ..llm.embedded import resolve
-
-
-@lru_cache(maxsize=8)
-def weights_revision(path: str) -> str:
-    """A local model folder's content hash (config + weights), or the hub commit for hub ids. Hashed once per
-    process and folder state (file names, sizes, mtimes): run identities ask for it many times."""
-    folder = Path(path)
-    if not folder.is_dir():
-        return "hub"
-    files = tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir()
-                         if p.suffix in (".json", ".safetensors", ".bin", ".txt")))
-    return _content_hash(str(folder), files)
-
-
-@functools.lru_cache(maxsize=64)
-def _content_hash(folder: str, files: tuple) -> str:
-    h = hashlib.sha256()
-    for name, _, _ in files:
-        with open(Path(folder) / name, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 22), b""):
-                h.update(block)
-    return h.hexdigest()[:16]
-
-
-def default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+from ..llm.local import default_device, weights_revision
 
 
 def all_devices(workers_per_gpu: int = 1) -> str | list[str]:

@@ -142,6 +142,30 @@ class Searcher:
             rows.append(np.asarray(self._shard_arrays[shard][p % size]))
         return np.stack(rows) if rows else np.zeros((0, self.manifest["dense"]["encoder"]["dim"]), dtype=np.float32)
 
+    def overlong_queries(self, queries: list[str]) -> dict[str, int]:
+        """Per retriever with a query length limit (dense, SPLADE): how many ``queries`` exceed it and are cut. Only
+        tokenizers are loaded (a fully cached pre-pass still counts)."""
+        from transformers import AutoTokenizer
+
+        from ..llm.embedded import resolve
+
+        recipe, out = self.manifest["recipe"], {}
+        limits = {"dense": (recipe.get("dense") or {}).get("encoder"), "splade": (recipe.get("splade") or {}).get("model")}
+        for name in self.retrievers:
+            if name not in limits or not limits[name] or not queries:
+                continue
+            if not hasattr(self, "_tokenizers"):
+                self._tokenizers = {}
+            if name not in self._tokenizers:
+                self._tokenizers[name] = AutoTokenizer.from_pretrained(resolve(limits[name]))
+            if name == "dense":
+                limit, prefix = recipe["dense"]["max_length"], recipe["dense"].get("query_instruction") or ""
+            else:
+                limit, prefix = recipe["splade"].get("query_max_length", 256), ""
+            lengths = [len(ids) for ids in self._tokenizers[name]([prefix + q for q in queries])["input_ids"]]
+            out[name] = sum(n > limit for n in lengths)
+        return out
+
     # -- search ---------------------------------------------------------------------------------------
     def _excluded_rows(self, pmid: str | None) -> set[int]:
         return self.pmids.rows(pmid)

@@ -125,7 +125,7 @@ class SpladeEncoder:
         import torch
         from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-        from .encoders import default_device
+        from ..llm.local import default_device
 
         self.name, self.max_length, self.query_max_length, self.batch_size = name, max_length, query_max_length, batch_size
         self.path = resolve(name)

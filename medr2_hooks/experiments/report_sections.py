@@ -1,0 +1,114 @@
+"""Sections of an experiment's report besides the main table: what was run (scoring, corpus, candidate sets, or
+the rehearsal's stand-ins), packed prompt sizes per window, where Alg. 2 stopped, and stage-cache reuse."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .config import Experiment
+from .expand import Run
+
+MISSING = "—"
+
+
+def setting_lines(exp: Experiment, runs: list[Run]) -> str:
+    """How the cells were measured: scoring, the target's chat template, the corpus, the candidate sets."""
+    from .. import methods
+
+    scorings = sorted({r.scoring for r in runs})
+    lines = [f"\nScoring: {', '.join(f'{s}: {methods.SCORINGS[s].title}' for s in scorings)}"
+             + (" through the target's chat template" if exp.apply_chat_template else "") + "; free-text benchmarks "
+             "(RareArena) are always generative.\n"]
+    indexes = sorted({r.resolved["index"] for r in runs if r.resolved.get("index")})
+    for index in indexes:
+        lines.append(f"\nCorpus: {corpus_line(index)}\n")
+    ratios = [r.resolved["candidates"]["ratio"] for r in runs if (r.resolved.get("candidates") or {}).get("ratio")]
+    if ratios:
+        span = f"{min(ratios)}x" if min(ratios) == max(ratios) else f"{min(ratios)}x to {max(ratios)}x"
+        lines.append(f"\nCandidate sets: S^c holds {span} the evidence budget (half the window)"
+                     + (", so the fine reranker chooses what fits.\n" if min(ratios) >= 1 else
+                        "; below 1x the fine reranker has nothing to leave out (CPU-sized).\n"))
+    return "".join(lines)
+
+
+def corpus_line(index: str) -> str:
+    """An index's corpus as a report states it: its recipe's description, source types and size."""
+    import json
+
+    from .. import settings
+    from ..config import ConfigError
+    from ..corpus.recipe import find_recipe, load_recipe
+
+    try:
+        recipe = load_recipe(str(find_recipe(index)))
+    except ConfigError:
+        return f"{index} (a recipe outside index/)"
+    kinds = sorted({s.options.get("source_type", "guideline" if "guideline" in s.reader else "book")
+                    for s in recipe.sources})
+    manifest = settings.cache_dir() / "indexes" / index / "manifest.json"
+    size = ""
+    if manifest.is_file():
+        counts = json.loads(manifest.read_text(encoding="utf-8"))["counts"]
+        size = f"; {counts['documents']:,} documents, {counts['passages']:,} passages"
+    return f"{index}: {recipe.description or index} (source types: {', '.join(kinds)}{size})"
+
+
+def loop_table(runs: list[Run], done: dict) -> list[str]:
+    """Per run of a looping method: how many items stopped at each iteration of Alg. 2 (``none``: ran all)."""
+    rows = [(r, done[r.name]["loop"]) for r in runs if r.name in done and (done[r.name].get("loop") or {}).get("stopped_at")]
+    if not rows:
+        return []
+    width = max(len(loop["stopped_at"]) for _, loop in rows)
+    md = ["\n## Where Alg. 2 stopped (items per stopping iteration; none: all iterations ran)\n\n| model | method | "
+          "benchmark | window | " + " | ".join(f"t={t}" for t in range(1, width)) + " | none | median μ per t |\n|"
+          + "---|" * (width + 5) + "\n"]
+    for run, loop in rows:
+        stops = loop["stopped_at"]
+        mus = ", ".join(f"{t}: {q[1]:.3f}" for t, q in loop.get("mu", {}).items())
+        md.append(f"| {run.model} | {run.method} | {run.benchmark} | {run.window} | "
+                  + " | ".join(str(stops.get(str(t), MISSING)) for t in range(1, width)) + f" | {stops['none']} | {mus} |\n")
+    return md
+
+
+def rehearsal_header(exp: Experiment) -> list[str]:
+    """First line and stand-in table of a rehearsal's report (``medr2 sweep <config> --rehearse``)."""
+    r = exp.rehearsal
+    md = [f"# REHEARSAL, not results: {r['of']} on embedded stand-ins ({exp.name})\n\n{exp.description}\n\n"
+          "| paper model | stand-in target | pack window cap | roles (served by medr2 serve) |\n|---|---|---|---|\n"]
+    for name, m in r["models"].items():
+        roles = ", ".join(f"{role}: {model.removeprefix('embedded:')}" for role, model in m["roles"].items())
+        md.append(f"| {name} (`{m['target']}`) | {m['stand_in']} | {m['pack_window_cap']} | {roles} |\n")
+    if r["windows_capped"]:
+        md.append(f"\nWindows {', '.join(map(str, r['windows_capped']))} exceed a stand-in's context or the rehearsal's "
+                  f"window cap ({r['plan']['window_cap']} tokens, CPU time): those cells are packed at the cap above "
+                  "and keep the paper's window label.\n")
+    if r["replaced"]:
+        md.append(f"\nGPU-only settings replaced by the CPU defaults: {r['replaced']}; loop sized for CPU: "
+                  f"{r['cpu_loop']}, candidates at most {r['cpu_k']}.\n")
+    return md
+
+
+def packed_tokens_table(runs: list[Run], done: dict) -> list[str]:
+    windows = sorted({r.window for r in runs})
+    cells: dict[tuple, dict] = defaultdict(dict)
+    for run in runs:
+        got = done.get(run.name)
+        if got and got.get("packed_tokens") is not None:
+            cells[(run.model, run.method, run.benchmark)][run.window] = got["packed_tokens"]
+    if len(windows) < 2 or not cells:
+        return []
+    md = ["\n## Packed prompt tokens per window (mean over items, from the pre-pass packs)\n\n| model | method | "
+          "benchmark | " + " | ".join(f"{w // 1024}K" for w in windows) + " |\n|" + "---|" * (len(windows) + 3) + "\n"]
+    md += [f"| {m} | {meth} | {b} | " + " | ".join(f"{v[w]:.0f}" if w in v else MISSING for w in windows) + " |\n"
+           for (m, meth, b), v in cells.items()]
+    return md
+
+
+def cache_reuse(runs: list[Run], done: dict) -> list[dict]:
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    for run in runs:
+        seconds = (done.get(run.name) or {}).get("prepass_seconds")
+        if seconds is not None:
+            groups[(run.model, run.method, run.benchmark)].append(seconds)
+    return [{"model": m, "method": meth, "benchmark": b, "windows": len(s), "total": sum(s), "max": max(s),
+             "ratio": sum(s) / max(s)} for (m, meth, b), s in groups.items() if len(s) > 1 and max(s) > 0]

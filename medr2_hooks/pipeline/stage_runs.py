@@ -1,0 +1,76 @@
+"""Each stage's ranked documents, per question and iteration, as TREC run files: what ``medr2 evidence`` scores
+against gold evidence, so a researcher sees which stage found, kept or lost the evidence.
+
+Stages (``<stage>.t<t>`` per iteration, ``<stage>.final`` for the iteration the method kept): each retriever's own
+ranking (``dense``, ``bm25``, ``splade``: the union's members in that retriever's order), the fused candidate set D
+(``fused``), the coarse set S^c (``coarse``), the fine ranking S^f by F after the conflict filter (``fine``), the
+evidence selected within the window (``selected``); and ``packed``, what the target's prompt holds. Documents are
+identified by ``doc_id`` (a passage's document); a document listed twice keeps its first rank.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..fs import atomic_write_text, safe_component
+
+
+class StageRuns:
+    def __init__(self, retrievers: tuple[str, ...] = ()):
+        self.retrievers = tuple(retrievers)
+        self.lists: dict[str, dict[str, list[str]]] = {}  # stage -> question id -> ranked doc ids
+        self._by_iteration: dict[tuple[str, int], dict[str, list[str]]] = {}
+
+    def _put(self, stage: str, qid: str, hits: list[dict]) -> None:
+        ranked = list(dict.fromkeys(h["doc_id"] for h in hits))
+        self.lists.setdefault(stage, {})[qid] = ranked
+
+    def add_iteration(self, qid: str, t: int, candidates: list[dict], coarse: list[dict] | None,
+                      fine: list[dict] | None, selected: list[dict] | None) -> None:
+        stages = {}
+        for name in self.retrievers:
+            own = sorted((h for h in candidates if name in (h.get("ranks") or {})), key=lambda h: h["ranks"][name])
+            stages[name] = own
+        stages["fused"] = candidates
+        for name, hits in (("coarse", coarse), ("fine", fine), ("selected", selected)):
+            if hits is not None:
+                stages[name] = hits
+        for name, hits in stages.items():
+            self._put(f"{name}.t{t}", qid, hits)
+        self._by_iteration[(qid, t)] = {name: self.lists[f"{name}.t{t}"][qid] for name in stages}
+
+    def add_packed(self, qid: str, used: list[dict], final_t: int | None) -> None:
+        """What the prompt holds, and every stage of the iteration the method kept as ``<stage>.final``."""
+        self._put("packed", qid, used)
+        for name, ranked in self._by_iteration.get((qid, final_t), {}).items():
+            self.lists.setdefault(f"{name}.final", {})[qid] = ranked
+
+    def for_items(self, ids: set[str]) -> dict[str, dict[str, list[str]]]:
+        return {stage: {q: r for q, r in rows.items() if q in ids} for stage, rows in sorted(self.lists.items())}
+
+
+def trec_text(rows: dict[str, list[str]], run_name: str) -> str:
+    """TREC run lines ``qid Q0 doc rank score run``: scores descend with rank (ties never reorder a list)."""
+    lines = []
+    for qid, ranked in rows.items():
+        n = len(ranked)
+        lines += [f"{qid} Q0 {doc} {rank} {n - rank} {run_name}" for rank, doc in enumerate(ranked, 1)]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def write_runs(folder: Path, runs: dict[str, dict[str, list[str]]], run_name: str) -> list[str]:
+    """One ``<stage>.trec`` file per stage in ``folder``; the stage names written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for stage, rows in runs.items():
+        atomic_write_text(folder / f"{safe_component(stage, 'stage')}.trec", trec_text(rows, run_name))
+    return list(runs)
+
+
+def read_run(path: Path) -> dict[str, list[str]]:
+    """A TREC run file as ``{qid: ranked doc ids}`` (by descending score, then rank)."""
+    rows: dict[str, list[tuple[float, int, str]]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            qid, _, doc, rank, score, _ = line.split()
+            rows.setdefault(qid, []).append((-float(score), int(rank), doc))
+    return {q: [d for _, _, d in sorted(items)] for q, items in rows.items()}
