@@ -27,6 +27,7 @@ class Method:
     settings: MappingProxyType | None  # MethodConfig fields over its defaults; None: no pre-pass (direct response)
     paper: str  # where the method is defined
     task_method: str | None = None  # whose tasks it evaluates when it has none of its own (finetune: direct's)
+    answer: str = "default"  # how the target answers: default (the benchmark's prompt) | medrag (MedRAG's JSON CoT)
 
     @property
     def retrieval(self) -> bool:
@@ -54,8 +55,9 @@ class Method:
         return tuple(name for name, on in steps if on)
 
 
-def _m(name: str, title: str, settings: dict | None, paper: str, task_method: str | None = None) -> Method:
-    return Method(name, title, None if settings is None else MappingProxyType(settings), paper, task_method)
+def _m(name: str, title: str, settings: dict | None, paper: str, task_method: str | None = None,
+       answer: str = "default") -> Method:
+    return Method(name, title, None if settings is None else MappingProxyType(settings), paper, task_method, answer)
 
 
 _SWITCHES = {"q": "reformulate", "r": "rerank", "c": "cot"}
@@ -79,6 +81,10 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     _m("medr2_cot", "Med-R²-CoT", {"cot_in_first_query": True}, "§5, Figure 4: the CoT in the query from t = 1"),
     *(_ablation("".join(c)) for n in (1, 2, 3) for c in combinations("qrc", n)),
     _m("finetune", "Fine-tuning", None, "§4.2: full-parameter SFT, then the direct task", task_method="direct"),
+    _m("medrag", "MedRAG", {"retrievers": None, "fusion": "rrf", "retrieve_k": 32, "classify": False,
+                            "reformulate": False, "rerank": False, "cot": False},
+       "MIRAGE (Xiong et al., 2024): reciprocal rank fusion of the index's retrievers, 32 snippets, a JSON "
+       "chain-of-thought answer", answer="medrag"),
 )}
 ABLATIONS = tuple(name for name in METHODS if name.startswith("ablation_"))
 
@@ -114,18 +120,24 @@ def retrieval_methods() -> list[str]:
     return [m.name for m in METHODS.values() if m.retrieval]
 
 
-def scorings_for(style: str) -> tuple[str, ...]:
-    """The scorings a benchmark of this prompt style has."""
-    return ("generative",) if style in FREE_TEXT_STYLES else tuple(SCORINGS)
+def scorings_for(style: str, method_name: str | None = None) -> tuple[str, ...]:
+    """The scorings a benchmark of this prompt style has with a method (none: the method does not apply; a
+    method with its own answer format, MedRAG's JSON, is generative only and needs options)."""
+    fixed = method_name is not None and METHODS[method_name].answer != "default"
+    if style in FREE_TEXT_STYLES:
+        return () if fixed else ("generative",)
+    return ("generative",) if fixed else tuple(SCORINGS)
 
 
-def suffix(style: str, scoring: str) -> str:
-    """The task-name suffix of ``scoring`` for a benchmark of ``style`` (free text: always the plain name)."""
+def suffix(style: str, scoring: str, method_name: str | None = None) -> str:
+    """The task-name suffix of ``scoring`` for a benchmark of ``style`` (free text, or a method with its own answer
+    format: the plain name)."""
     if scoring not in SCORINGS:
         from .errors import UnknownNameError
 
         raise UnknownNameError("scoring", scoring, list(SCORINGS))
-    return "" if style in FREE_TEXT_STYLES else SCORINGS[scoring].suffix
+    fixed = method_name is not None and METHODS[method_name].answer != "default"
+    return "" if style in FREE_TEXT_STYLES or fixed else SCORINGS[scoring].suffix
 
 
 def task_name(benchmark: str, method_name: str, scoring: str = "letters", style: str = "medqa",
@@ -133,5 +145,6 @@ def task_name(benchmark: str, method_name: str, scoring: str = "letters", style:
     """``<benchmark>_<method><scoring suffix>[_<subject>]``, e.g. ``mmlu_med_medr2_gen_anatomy``; a method without
     tasks of its own names the tasks it uses (finetune: direct's)."""
     m = method(method_name)
-    base = f"{benchmark}_{m.task_method or m.name}{suffix(style, scoring)}"
+    own = m.task_method or m.name
+    base = f"{benchmark}_{own}{suffix(style, scoring, own)}"
     return f"{base}_{subject}" if subject else base

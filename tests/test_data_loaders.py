@@ -17,6 +17,12 @@ EXPECTED = {
     "mmlu_med": (1080, 9),
     "medxpertqa": (234, 10),
     "nejmqa": (115, 5),
+    "bioasq_yn": (608, 10),
+    "mirage_mmlu": (1089, 0),
+    "mirage_medqa": (1273, 0),
+    "mirage_medmcqa": (4183, 0),
+    "mirage_pubmedqa": (500, 0),
+    "mirage_bioasq": (618, 0),
 }
 NOT_IN_MIRROR = ("rarearena_rds", "rarearena_rdc")
 

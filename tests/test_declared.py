@@ -74,9 +74,12 @@ def test_one_yaml_and_one_command_give_every_methods_task(config_dir, capsys):
     added = json.loads(capsys.readouterr().out)
     from medr2_hooks.methods import task_methods
 
+    from medr2_hooks.methods import scorings_for, task_name
+
     methods = task_methods()
     assert added["items"] == 30 and added["skipped"] == 0
-    assert added["tasks"] == [f"my_usmle_{m}{s}" for m in methods for s in ("", "_gen")]
+    assert added["tasks"] == [task_name("my_usmle", m, s) for m in methods for s in scorings_for("medqa", m)]
+    assert {"my_usmle_medr2_gen", "my_usmle_ablation_qr", "my_usmle_medrag"} <= set(added["tasks"])
     assert "my_usmle" in data.names()
     pools = data.pools("my_usmle")
     assert (len(pools.eval), len(pools.demos)) == (25, 5) and pools.eval[0].options.keys() == set("ABCDE")
@@ -90,7 +93,7 @@ def test_one_yaml_and_one_command_give_every_methods_task(config_dir, capsys):
     assert json.loads(capsys.readouterr().out) == {"my_usmle": {"eval": 25, "demos": 5}}
 
     ours = task_manager()
-    assert {f"my_usmle_{m}" for m in methods} <= set(ours.all_tasks) and "medqa_usmle_medr2" in ours.all_tasks
+    assert set(added["tasks"]) <= set(ours.all_tasks) and "medqa_usmle_medr2" in ours.all_tasks
     task = ours.load(["my_usmle_direct"])["tasks"]["my_usmle_direct"]
     docs = list(task.test_docs())
     assert len(docs) == 25

@@ -37,10 +37,10 @@ def test_unknown_names_fail_before_any_run_listing_valid_values(tmp_path):
 def test_ablations_switch_stages_and_windows_of_a_model_run_together():
     runs = expand(load_experiment("table10_embedded"))
     by_method = {r.method: r for r in runs}
-    assert by_method["ablation_qc"].task == "medqa_usmle_ablation_qc"  # the registry's task: q and c on, r off
+    assert by_method["ablation_qc"].task == "medqa_usmle_ablation_qc_gen"  # the registry's task: q and c on, r off
     assert by_method["ablation_qc"].resolved["stages"] == ["classify", "reformulate", "retrieve", "cot", "loop", "apply"]
-    assert by_method["ablation_qrc"].task == "medqa_usmle_ablation_qrc" and by_method["direct"].metadata == {}
-    assert by_method["vanilla_rag"].task == "medqa_usmle_vanilla_rag"
+    assert by_method["ablation_qrc"].task == "medqa_usmle_ablation_qrc_gen" and by_method["direct"].metadata == {}
+    assert by_method["vanilla_rag"].task == "medqa_usmle_vanilla_rag_gen"
     t9 = [r for r in expand(load_experiment("table9")) if r.model == "qwen2.5-14b" and r.benchmark == "pubmedqa"]
     assert [(r.method, r.window) for r in t9] == [(m, w) for m in ("direct", "medr2")
                                                   for w in (4096, 8192, 16384, 32768, 65536, 131072)]
@@ -114,7 +114,7 @@ def test_a_damaged_run_summary_is_named_and_counts_as_missing(tmp_path, monkeypa
         assert sweep.has_results(run) is None
         out = render(exp, force=True)
     assert str(path) in caplog.text and "treated as missing" in caplog.text
-    assert "| gemma-270m | 4096 | direct | letters | — | — |" in (out / "report.md").read_text()
+    assert "| gemma-270m | 4096 | direct | generative | — | — |" in (out / "report.md").read_text()
 
 
 def test_wandb_sweep_spec_lists_the_same_runs():
@@ -126,7 +126,7 @@ def test_wandb_sweep_spec_lists_the_same_runs():
 
 
 def test_mcnemar_and_bootstrap_against_hand_computed_values():
-    from medr2_hooks.experiments.stats import mcnemar, paired_bootstrap
+    from medr2_hooks.stats import mcnemar, paired_bootstrap
 
     a = [1, 1, 0, 0, 1, 0, 0, 0, 1, 0]
     b = [1, 0, 1, 1, 1, 1, 1, 0, 1, 1]
@@ -176,15 +176,15 @@ def test_report_marks_missing_cells_and_computes_paired_statistics(tmp_path, mon
     out = render(exp)
     report = (out / "report.md").read_text()
     assert "Runs with results: 3 of 9" in report
-    assert "| gemma-270m | 4096 | ablation_qrc | letters | **80.00** | **80.00** |" in report
-    assert "| gemma-270m | 4096 | direct | letters | <u>40.00</u> | <u>40.00</u> |" in report
-    assert "| gemma-270m | 4096 | ablation_q | letters | — | — |" in report  # missing, never invented
+    assert "| gemma-270m | 4096 | ablation_qrc | generative | **80.00** | **80.00** |" in report
+    assert "| gemma-270m | 4096 | direct | generative | <u>40.00</u> | <u>40.00</u> |" in report
+    assert "| gemma-270m | 4096 | ablation_q | generative | — | — |" in report  # missing, never invented
     stats = {s["method"]: s for s in json.loads((out / "stats.json").read_text())}
     assert stats["ablation_qrc"]["diff"] == pytest.approx(40.0) and stats["ablation_qrc"]["mcnemar_p"] == pytest.approx(14 / 64)
     assert "printed 56.34, cells give 56.39" in report
     assert (out / "methods.png").is_file() and (out / "accuracy_vs_cost.svg").is_file()
     rows = (out / "table.csv").read_text().splitlines()
-    assert rows[0] == "model,window,method,scoring,medqa_usmle,average" and "gemma-270m,4096,ablation_q,letters,," in rows
+    assert rows[0] == "model,window,method,scoring,medqa_usmle,average" and "gemma-270m,4096,ablation_q,generative,," in rows
     files = lambda: {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}  # noqa: E731
     first = files()
     render(exp)  # the same results give the same files, figures included (no dates, fixed SVG ids)

@@ -26,7 +26,7 @@ def test_a_new_method_is_one_registry_entry(monkeypatch, tmp_path):
     files = taskgen.shipped_files()
     tasks = {cfg.get("group") or cfg["task"] for cfg in files.values()}
     for bench in data.BENCHMARKS.values():
-        for scoring in methods.scorings_for(bench.style):
+        for scoring in methods.scorings_for(bench.style, "medr2_t3"):
             assert methods.task_name(bench.name, "medr2_t3", scoring, bench.style) in tasks
     assert {"mmlu_med_medr2_t3_gen_anatomy", "medr2_qa_medr2_t3_gen", "medr2_clinical_medr2_t3"} <= tasks
     assert files["medqa_usmle/medqa_usmle_medr2_t3_gen.yaml"]["dataset_kwargs"] == {
@@ -44,7 +44,7 @@ def test_every_task_of_a_benchmark_and_scoring_exists():
     known = set(task_manager().all_tasks)
     for bench in data.BENCHMARKS.values():
         for name in methods.task_methods():
-            for scoring in methods.scorings_for(bench.style):
+            for scoring in methods.scorings_for(bench.style, name):
                 assert methods.task_name(bench.name, name, scoring, bench.style) in known
     assert "rarearena_rds_medr2_gen" not in known  # free text: one scoring, under the plain name
     assert methods.task_name("rarearena_rds", "medr2", "generative", "diagnosis") == "rarearena_rds_medr2"

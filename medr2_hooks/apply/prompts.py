@@ -68,6 +68,20 @@ def generative_prompt(prompt: str, reasoning: str | None = None) -> str:
     return with_reasoning(prompt, reasoning) + COT_CUE
 
 
+MEDRAG_SYSTEM = ("You are a medical expert. Answer the multiple-choice medical question using the documents below. "
+                 "Think step by step first, then choose one of the options. Write your output as a JSON object "
+                 '{"step_by_step_thinking": "<your reasoning>", "answer_choice": "<the option\'s label>"}.')
+
+
+def medrag_prompt(documents: list[str], question: Question) -> str:
+    """MedRAG's answering prompt (MIRAGE's RAG setting): the documents, the question, its options, then the request
+    for a JSON answer with ``step_by_step_thinking`` and ``answer_choice``."""
+    docs = "\n".join(f"Document [{i}] {d.strip()}" for i, d in enumerate(documents, 1)) or "(none)"
+    return (f"{MEDRAG_SYSTEM}\n\nHere are the relevant documents:\n{docs}\n\nHere is the question:\n"
+            f"{question.question.strip()}\n\nHere are the potential choices:\n{options_block(question.options)}\n"
+            "Please think step by step and write your output as JSON:\n")
+
+
 def demonstration(prompt: str, answer: str, cot: str | None, scoring: str) -> str:
     """A solved demonstration after its question prompt. Letters: ``Reasoning: <cot>\nAnswer: <label>`` (the
     label the letter scorer compares); generative: the cue, the reasoning and ``the answer is (<label>)``, the way

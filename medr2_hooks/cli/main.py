@@ -17,6 +17,7 @@ COMMANDS = {
     "benchmark": ("medr2_hooks.cli.benchmark_cmd", "add, list, show or remove a benchmark declared in YAML (no Python)"),
     "data": ("medr2_hooks.cli.data_cmd", "inspect the benchmark data (counts, sources)"),
     "eval": ("medr2_hooks.cli.eval_cmd", "run lm-eval on medr2 tasks, save results and an offline W&B run"),
+    "evidence": ("medr2_hooks.cli.evidence_cmd", "score each stage's documents against gold evidence (recall, nDCG, MRR)"),
     "finetune": ("medr2_hooks.cli.finetune_cmd", "full-parameter fine-tuning baseline (accelerate), resumable"),
     "judge": ("medr2_hooks.cli.judge_cmd", "re-grade a RareArena run's diagnoses with an LLM judge"),
     "index": ("medr2_hooks.cli.index_cmd", "build, inspect and search evidence indexes"),

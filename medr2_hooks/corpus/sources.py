@@ -241,6 +241,18 @@ def table(paths: str, base: Path, report: SkipReport, fields: dict, format: str 
                                str(exc))
 
 
+def bioasq_gold(paths: str, base: Path, report: SkipReport, language: str = "en") -> Iterator[Document]:
+    """The BioASQ gold-evidence collection: one ``paper`` document per gold PubMed id (its doc_id), the id's gold
+    snippets deduplicated in file order, from the golden files ``paths`` names (in MIRAGE's order: 11 to 7)."""
+    from ..data import bioasq
+
+    found = source_files(paths, base)
+    order = {p: i for i, p in enumerate(bioasq.files(base))} if (base / "bioasq").is_dir() else {}
+    for pmid, text in bioasq.gold_documents(base, sorted(found, key=lambda p: order.get(p, len(order)))):
+        yield Document(doc_id=pmid, title="", text=text, source_type="paper", language=language,
+                       meta={"pmid": pmid, "source": "bioasq golden snippets"})
+
+
 READERS = {
     "medqa_textbooks": medqa_textbooks,
     "medrag_jsonl": medrag_jsonl,
@@ -248,4 +260,5 @@ READERS = {
     "pubmedqa_contexts": pubmedqa_contexts,
     "generic_jsonl": generic_jsonl,
     "table": table,
+    "bioasq_gold": bioasq_gold,
 }

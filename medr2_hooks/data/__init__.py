@@ -41,29 +41,48 @@ class Benchmark:
     style: str = "medqa"  # question layout (medr2_hooks.apply.prompts)
     declaration: Declaration | None = None  # a user's YAML declaration (medr2 benchmark add)
     subjects: tuple[str, ...] = ()  # one task per subject and a group over them (MMLU-Med)
-    suite: bool = True  # a member of the paper's benchmark groups (medr2_qa_*: Table 2, medr2_clinical_*: Table 8)
+    # the benchmark group its tasks join per method: medr2_qa (Table 2), medr2_clinical (Table 8), mirage (MIRAGE's
+    # five sets, zero-shot), or None
+    group: str | None = None
 
 
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
     for b in (
-        Benchmark("medqa_usmle", "medqa:load_usmle", "medqa:load_usmle_hub", 10, "en", "MedQA-USMLE (5 options, dev+test)"),
-        Benchmark("medqa_mcmle", "medqa:load_mcmle", None, 11, "zh", "MedQA-MCMLE (5 options, dev+test)"),
-        Benchmark("medmcqa", "medmcqa:load", "medmcqa:load_hub", 13, "en", "MedMCQA (dev)", style="medmcqa"),
+        Benchmark("medqa_usmle", "medqa:load_usmle", "medqa:load_usmle_hub", 10, "en", "MedQA-USMLE (5 options, dev+test)",
+                  group="medr2_qa"),
+        Benchmark("medqa_mcmle", "medqa:load_mcmle", None, 11, "zh", "MedQA-MCMLE (5 options, dev+test)",
+                  group="medr2_qa"),
+        Benchmark("medmcqa", "medmcqa:load", "medmcqa:load_hub", 13, "en", "MedMCQA (dev)", style="medmcqa",
+                  group="medr2_qa"),
         Benchmark("pubmedqa", "pubmedqa:load", "pubmedqa:load_hub", 10, "en", "PubMedQA PQA-L (question only)",
-                  style="pubmedqa"),
+                  style="pubmedqa", group="medr2_qa"),
         Benchmark("mmlu_med", "mmlu:load", "mmlu:load_hub", 9, "en", "MMLU-Med (6 subjects)", style="mmlu",
-                  subjects=MMLU_SUBJECTS),
+                  subjects=MMLU_SUBJECTS, group="medr2_qa"),
         Benchmark("medxpertqa", "medxpertqa:load", "medxpertqa:load_hub", 10, "en", "MedXpertQA Text (10 options)",
-                  kind="clinical"),
+                  kind="clinical", group="medr2_clinical"),
         Benchmark("nejmqa", "nejmqa:load", None, 5, "en", "NEJMQA (default: AgentClinic-NEJM cases, not the paper's set)",
-                  from_file="nejmqa:load_cases", kind="clinical"),
+                  from_file="nejmqa:load_cases", kind="clinical", group="medr2_clinical"),
         Benchmark("rarearena_rds", "rarearena:load_rds", "rarearena:load_rds_hub", 2, "en",
                   "RareArena RDS (rare-disease screening, free text)", from_file="rarearena:load_rds_file", kind="clinical",
-                  style="diagnosis"),
+                  style="diagnosis", group="medr2_clinical"),
         Benchmark("rarearena_rdc", "rarearena:load_rdc", "rarearena:load_rdc_hub", 2, "en",
                   "RareArena RDC (rare-disease confirmation, free text)", from_file="rarearena:load_rdc_file", kind="clinical",
-                  style="diagnosis"),
+                  style="diagnosis", group="medr2_clinical"),
+        # the tenth benchmark: MIRAGE's 618 BioASQ yes/no questions, with gold PubMed ids (evidence you can score)
+        Benchmark("bioasq_yn", "bioasq:load_yesno", None, 10, "en", "BioASQ-Y/N (618 yes/no, gold PubMed ids)",
+                  style="pubmedqa"),
+        # MIRAGE (Xiong et al., 2024): its exact item sets, zero-shot (no demonstrations taken out)
+        Benchmark("mirage_mmlu", "mirage:load_mmlu", None, 0, "en", "MIRAGE MMLU-Med (1,089)", style="mmlu",
+                  group="mirage"),
+        Benchmark("mirage_medqa", "mirage:load_medqa", None, 0, "en", "MIRAGE MedQA-US (4 options, test: 1,273)",
+                  group="mirage"),
+        Benchmark("mirage_medmcqa", "mirage:load_medmcqa", None, 0, "en", "MIRAGE MedMCQA (dev: 4,183)",
+                  style="medmcqa", group="mirage"),
+        Benchmark("mirage_pubmedqa", "mirage:load_pubmedqa", None, 0, "en", "MIRAGE PubMedQA* (500 test, no contexts)",
+                  style="pubmedqa", group="mirage"),
+        Benchmark("mirage_bioasq", "bioasq:load_yesno", None, 0, "en", "MIRAGE BioASQ-Y/N (618)", style="pubmedqa",
+                  group="mirage"),
     )
 }
 SOURCES = ("local", "hub")

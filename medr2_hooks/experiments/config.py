@@ -54,6 +54,10 @@ class Experiment:
     metadata: dict = field(default_factory=dict)  # other task metadata (cases_file, split, ...)
     description: str = ""
     paper_table: str | None = None  # the paper's table printed beside ours ("2", "8", "9", "10")
+    anchors: str | None = None  # published numbers printed beside ours: experiments/<anchors>_numbers.csv (mirage)
+    # a test collection with relevance judgements (medr2_hooks.evidence): retrieval runs search its index and the
+    # report scores every stage's evidence against its qrels; accuracies are gold-corpus upper bounds
+    collection: str | None = None
     # A non-embedded target whose roles resolve to an embedded model is an error at expansion unless this is set.
     allow_embedded_roles: bool = False
     # The finetune method's checkpoint per benchmark, as a recipe in finetune/recipes/ trained once per target:
@@ -76,6 +80,12 @@ class Experiment:
             raise ValueError("an experiment needs at least one model")
         in_range(self, "limit", 1)
         in_range(self, "candidate_ratio", 1)
+        if self.anchors is not None and not (settings.REPO_ROOT / "experiments" / f"{self.anchors}_numbers.csv").is_file():
+            raise ValueError(f"anchors {self.anchors!r}: no experiments/{self.anchors}_numbers.csv")
+        if self.collection is not None:
+            from ..evidence.collections import collection
+
+            collection(self.collection)
         bad = sorted(set(self.method_overrides) - set(self.methods))
         if bad:
             raise ValueError(f"method_overrides names {bad[0]!r}, which is not among this experiment's methods")

@@ -91,6 +91,10 @@ def _retrieval_override(exp: Experiment, spec, method: str, window: int) -> dict
     model's cap), the target's tokenizer and role set, and S^c sized to ``candidate_ratio`` × the budget."""
     override = {**exp.method_override, **exp.method_overrides.get(method, {}),
                 "window": min(window, spec.pack_window_cap or window)}
+    if exp.collection and "index" not in override:  # the test collection's corpus (its CPU recipe)
+        from ..evidence.collections import collection
+
+        override["index"] = collection(exp.collection).indexes[0]
     if spec.tokenizer:
         override["target_tokenizer"] = spec.tokenizer
     if spec.roles or spec.role_set:

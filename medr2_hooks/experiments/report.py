@@ -23,8 +23,9 @@ from ..fs import atomic_write_text
 from .config import Experiment
 from .expand import Run, expand
 from .sweep import read_record, read_summary, run_dir, summary_path
-from .report_sections import cache_reuse, loop_table, packed_tokens_table, rehearsal_header, setting_lines
-from .stats import mcnemar, paired_bootstrap
+from .report_sections import (anchor_table, cache_reuse, evidence_tables, loop_table, packed_tokens_table,
+                              rehearsal_header, setting_lines)
+from ..stats import mcnemar, paired_bootstrap
 
 PAPER_NUMBERS = settings.REPO_ROOT / "experiments" / "paper_numbers.csv"
 MISSING = "—"
@@ -100,6 +101,7 @@ def _from_folder(run: Run) -> dict | None:
             "top1": None if top1 is None or metric[0] == "top1" else 100 * float(top1),
             "subset": (record.get("subset") or {}).get(run.task),
             "loop": (prepass[0].get("loop") if len(prepass) == 1 else None),
+            "evidence": (record.get("evidence") or {}).get(run.task),
             "cot_tokens": (prepass[0].get("cot_tokens") if len(prepass) == 1 else None),
             "provenance": {k: record.get(k) for k in ("git_commit", "resolved", "versions", "hardware")}}
 
@@ -311,6 +313,9 @@ def render(exp: Experiment, force: bool = False, allow_subset: bool = False) -> 
           markdown_table(exp, rows)]
     md += packed_tokens_table(runs, done)
     md += loop_table(runs, done)
+    md += evidence_tables(exp, runs, done)
+    if exp.anchors:
+        md += anchor_table(exp)
     top1 = {name: {**got, "score": got["top1"]} for name, got in done.items() if got.get("top1") is not None}
     if top1:
         md.append("\n## RareArena top-1 recall (%)\n\n" + markdown_table(exp, result_rows(exp, runs, top1)))

@@ -22,6 +22,10 @@ def setting_lines(exp: Experiment, runs: list[Run]) -> str:
     indexes = sorted({r.resolved["index"] for r in runs if r.resolved.get("index")})
     for index in indexes:
         lines.append(f"\nCorpus: {corpus_line(index)}\n")
+    if exp.collection:
+        lines.append(f"\nGOLD-EVIDENCE COLLECTION ({exp.collection}): every document is some question's gold evidence, "
+                     "so these runs measure retrieval and evidence selection, and their accuracies are upper bounds of "
+                     "what the methods reach in a real corpus.\n")
     ratios = [r.resolved["candidates"]["ratio"] for r in runs if (r.resolved.get("candidates") or {}).get("ratio")]
     if ratios:
         span = f"{min(ratios)}x" if min(ratios) == max(ratios) else f"{min(ratios)}x to {max(ratios)}x"
@@ -112,3 +116,67 @@ def cache_reuse(runs: list[Run], done: dict) -> list[dict]:
             groups[(run.model, run.method, run.benchmark)].append(seconds)
     return [{"model": m, "method": meth, "benchmark": b, "windows": len(s), "total": sum(s), "max": max(s),
              "ratio": sum(s) / max(s)} for (m, meth, b), s in groups.items() if len(s) > 1 and max(s) > 0]
+
+
+EVIDENCE_STAGES = ("fused.final", "coarse.final", "fine.final", "selected.final", "packed")
+EVIDENCE_MEASURES = ("R@10", "nDCG@10", "Success@1000")
+
+
+def evidence_tables(exp: Experiment, runs: list[Run], done: dict) -> list[str]:
+    """Each retrieval run's evidence by stage (what the retrievers found, what reranking kept, what the target read),
+    and every method against the reference method on the packed evidence, same questions, bootstrap 95% CI."""
+    from ..stats import paired_bootstrap
+
+    rows = [(r, done[r.name]["evidence"]) for r in runs if r.name in done and done[r.name].get("evidence")]
+    if not rows:
+        return []
+    md = [f"\n## Evidence against {rows[0][1]['collection']} (gold PubMed ids; R@10 / nDCG@10 / gold in the list)\n\n"
+          "| model | method | benchmark | window | n | " + " | ".join(EVIDENCE_STAGES) + " |\n|"
+          + "---|" * (len(EVIDENCE_STAGES) + 5) + "\n"]
+    for run, ev in rows:
+        cells = []
+        for stage in EVIDENCE_STAGES:
+            got = ev["stages"].get(stage)
+            cells.append(" / ".join(f"{got[m]:.2f}" for m in EVIDENCE_MEASURES) if got else MISSING)
+        n = max((s["n"] for s in ev["stages"].values()), default=0)
+        md.append(f"| {run.model} | {run.method} | {run.benchmark} | {run.window} | {n} | " + " | ".join(cells) + " |\n")
+    reference = next((m for m in ("vanilla_rag", "medrag") if m in exp.methods), None)
+    by_cell = {(r.model, r.benchmark, r.window, r.method): ev for r, ev in rows}
+    pairs = []
+    for (model, bench, window, method), ev in by_cell.items():
+        ref = by_cell.get((model, bench, window, reference))
+        if method == reference or ref is None or "packed" not in ev["stages"] or "packed" not in ref["stages"]:
+            continue
+        for measure in EVIDENCE_MEASURES:
+            a, b = ref["stages"]["packed"]["items"][measure], ev["stages"]["packed"]["items"][measure]
+            shared = sorted(set(a) & set(b))
+            if shared:
+                ci = paired_bootstrap([a[q] for q in shared], [b[q] for q in shared])
+                pairs.append(f"| {model} | {bench} | {window} | {method} | {measure} | {len(shared)} | {ci['diff']:+.3f} | "
+                             f"[{ci['low']:+.3f}, {ci['high']:+.3f}] |\n")
+    if pairs:
+        md.append(f"\nPacked evidence against {reference} (same questions; bootstrap 95% CI):\n\n| model | benchmark | "
+                  "window | method | measure | n | Δ | 95% CI |\n|---|---|---|---|---|---|---|---|\n")
+        md += pairs
+    return md
+
+
+def anchor_table(exp: Experiment) -> list[str]:
+    """Published numbers printed beside ours (experiments/<anchors>_numbers.csv), as the paper's are."""
+    import csv
+
+    from .. import settings
+
+    path = settings.REPO_ROOT / "experiments" / f"{exp.anchors}_numbers.csv"
+    with open(path, encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    cols = [*exp.benchmarks, "average"]
+    grouped: dict[tuple, dict] = defaultdict(dict)
+    for r in rows:
+        grouped[(r["system"], r["method"], r["corpus"], r["retriever"])][r["benchmark"]] = r["value"]
+    md = [f"\n## Published anchors ({path.name}: {exp.anchors.upper()}'s leaderboard; their scorer counts an unparsable "
+          "answer as \"A\", ours as [invalid])\n\n| system | method | corpus | retriever | " + " | ".join(cols)
+          + " |\n|" + "---|" * (len(cols) + 4) + "\n"]
+    md += [f"| {s} | {m} | {c or MISSING} | {r or MISSING} | " + " | ".join(v.get(col, MISSING) for col in cols) + " |\n"
+           for (s, m, c, r), v in grouped.items()]
+    return md

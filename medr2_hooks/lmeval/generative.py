@@ -40,3 +40,28 @@ def doc_to_text(doc: dict) -> str:
 def process_results(doc: dict, results: list[str]) -> dict[str, float]:
     prediction = extract_choice(results[0], list(doc["choice_labels"]))
     return {"acc": float(prediction == doc["answer"]), "invalid": float(prediction == INVALID)}
+
+
+def extract_json_choice(text: str, labels: list[str], key: str = "answer_choice") -> str:
+    """The option a JSON answer names under ``key`` (the last JSON object in ``text`` that has it), or
+    :data:`INVALID`: no such object, or a value that is not exactly one option label (case-insensitive; "A."
+    or "(A)" accepted, "A or B" not)."""
+    import json
+
+    decoder, found = json.JSONDecoder(), None
+    for start in (i for i, ch in enumerate(text) if ch == "{"):
+        try:
+            obj, _ = decoder.raw_decode(text[start:])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get(key), str):
+            found = obj[key]
+    if found is None:
+        return INVALID
+    value = re.sub(r"^[\(\[]?\s*(.*?)\s*[\)\].]?$", r"\1", found.strip())
+    return next((label for label in labels if label.lower() == value.lower()), INVALID)
+
+
+def process_results_json(doc: dict, results: list[str]) -> dict[str, float]:
+    prediction = extract_json_choice(results[0], list(doc["choice_labels"]))
+    return {"acc": float(prediction == doc["answer"]), "invalid": float(prediction == INVALID)}

@@ -148,6 +148,13 @@ def doc_to_target(doc: dict) -> int:
     return doc["gold"]
 
 
+def doc_to_text_medrag(doc: dict) -> str:
+    """MedRAG's prompt around the pack's evidence (its numbered documents, as packed within the window)."""
+    evidence = json.loads(doc["provenance"]).get("evidence_texts") if doc["prefix"] is not None else None
+    _prefix(doc)
+    return prompts.medrag_prompt(evidence or [], Record.from_doc(doc).public())
+
+
 def doc_to_text_generative(doc: dict) -> str:
     """Generative scoring: demonstrations and evidence, then the question (with the method's reasoning where the
     method gives the target one) and the cue to reason and answer."""

@@ -291,6 +291,9 @@ def run_eval(cfg: EvalConfig) -> dict:
     results = redact(results)  # task configs carry --metadata, which may hold a role's credentials
     # the pre-pass records of this run's retrieval tasks (stage seconds, model calls, tokens, cache hits)
     prepass = prepass_records(results.get("configs", {}))
+    from ..evidence.scores import summarize
+
+    evidence = summarize(prepass)  # tasks over a test collection: every stage scored against its gold evidence
 
     tracker = EvaluationTracker(output_path=str(out_dir))
     tracker.general_config_tracker.model_name = cfg.model
@@ -317,6 +320,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         "groups": results.get("groups", {}),
         "n_samples": results.get("n-samples", {}),
         "subset": subsets(results.get("n-samples", {})),
+        "evidence": evidence,
     })
     atomic_write_text(out_dir / "run.json", json.dumps(record, indent=2, ensure_ascii=False, default=str))
 
@@ -368,6 +372,9 @@ def _log_wandb(cfg: EvalConfig, name: str, results: dict, samples: dict | None, 
         logger = WandbLogger(init_args=init)
     logger.post_init(results)
     logger.log_eval_result()
+    for task, got in (record.get("evidence") or {}).items():  # each stage's evidence scores, beside the accuracy
+        logger.run.log({f"{task}/evidence/{stage}/{m}": v for stage, scores in got["stages"].items()
+                        for m, v in scores.items() if m not in ("items", "n")})
     # lm-eval 0.4.13's WandbLogger.log_eval_samples fails on its own sample format; a table per task here.
     for task_name, rows in (samples or {}).items():
         logger.run.log({f"{task_name}/samples": _samples_table(rows)})

@@ -26,8 +26,10 @@ GROUPS = "groups"
 QA_GROUP, CLINICAL_GROUP = "medr2_qa", "medr2_clinical"
 
 
-def template(style: str, retrieval: bool, scoring: str) -> str:
+def template(style: str, retrieval: bool, scoring: str, answer: str = "default") -> str:
     """The template file (under ``tasks/templates/``) of a task of this kind."""
+    if answer != "default":
+        return f"_{answer}_yaml"
     if style in methods.FREE_TEXT_STYLES:
         return "_diagnosis_rag_yaml" if retrieval else "_diagnosis_direct_yaml"
     return f"_{'rag' if retrieval else 'direct'}{'_gen' if scoring == 'generative' else ''}_yaml"
@@ -37,7 +39,7 @@ def _task(bench, method_name: str, scoring: str, templates: str, subject: str | 
     from ..apply.prompts import mmlu_description
 
     m = methods.method(method_name)
-    cfg: dict = {"include": f"{templates}/{template(bench.style, m.retrieval, scoring)}",
+    cfg: dict = {"include": f"{templates}/{template(bench.style, m.retrieval, scoring, m.answer)}",
                  "task": methods.task_name(bench.name, method_name, scoring, bench.style, subject)}
     if subject:
         cfg["task_alias"] = subject
@@ -45,8 +47,8 @@ def _task(bench, method_name: str, scoring: str, templates: str, subject: str | 
     kwargs = {"benchmark": bench.name, "method": method_name}
     if subject:
         kwargs["subject"] = subject
-    if methods.suffix(bench.style, scoring):  # free-text benchmarks have one scoring, under the plain name
-        kwargs["scoring"] = scoring
+    if methods.suffix(bench.style, scoring, method_name) or m.answer != "default":
+        kwargs["scoring"] = scoring  # free-text benchmarks have one scoring, under the plain name
     cfg["dataset_kwargs"] = kwargs
     return cfg
 
@@ -63,7 +65,7 @@ def benchmark_files(bench, templates: str) -> dict[str, dict]:
     """``{file name: config}`` of one benchmark's tasks (and its subject group, for subject benchmarks)."""
     out = {}
     for method_name in methods.task_methods():
-        for scoring in methods.scorings_for(bench.style):
+        for scoring in methods.scorings_for(bench.style, method_name):
             name = methods.task_name(bench.name, method_name, scoring, bench.style)
             if bench.subjects:
                 members = []
@@ -79,25 +81,34 @@ def benchmark_files(bench, templates: str) -> dict[str, dict]:
 
 
 def _suite_groups() -> dict[str, dict]:
-    """Per method and scoring: the five QA benchmarks (Table 2's plain mean, the paper's "Avg.") and the four
-    clinical ones (Table 8: metrics differ, so the group reports each task and no mean)."""
+    """Per benchmark group (:attr:`~medr2_hooks.data.Benchmark.group`), method and scoring: ``<group>_<method>[_gen]``.
+    ``medr2_qa`` (Table 2's five QA benchmarks) and ``mirage`` report the plain mean over benchmarks (the paper's
+    Avg.); ``medr2_clinical`` (Table 8) reports each task (metrics differ) and no mean."""
     from .. import data
 
     out = {}
-    qa = [b for b in data.BENCHMARKS.values() if b.kind == "qa" and b.suite]
-    clinical = [b for b in data.BENCHMARKS.values() if b.kind == "clinical" and b.suite]
-    for method_name in methods.task_methods():
-        for scoring in methods.SCORINGS:
-            sfx = methods.SCORINGS[scoring].suffix
-            name = f"{QA_GROUP}_{method_name}{sfx}"
-            members = [methods.task_name(b.name, method_name, scoring, b.style) for b in qa]
-            out[f"{name}.yaml"] = _group(name, members, False, scoring,
-                                         "Table 2's five QA benchmarks: plain mean over benchmarks (the paper's Avg.)")
-            name = f"{CLINICAL_GROUP}_{method_name}{sfx}"
-            members = [methods.task_name(b.name, method_name, scoring, b.style) for b in clinical]
-            out[f"{name}.yaml"] = {"#": "Table 8's clinical benchmarks (metrics differ: each task, no mean)",
-                                   "group": name, "task": members, "metadata": {"version": 1.0}}
+    groups: dict[str, list] = {}
+    for bench in data.BENCHMARKS.values():
+        if bench.group:
+            groups.setdefault(bench.group, []).append(bench)
+    for group, benches in groups.items():
+        for method_name in methods.task_methods():
+            for scoring in methods.SCORINGS:
+                members = [methods.task_name(b.name, method_name, scoring, b.style) for b in benches
+                           if scoring in methods.scorings_for(b.style, method_name)]
+                name = f"{group}_{method_name}{methods.suffix('medqa', scoring, method_name)}"
+                if not members or f"{name}.yaml" in out:
+                    continue
+                if group == CLINICAL_GROUP:
+                    out[f"{name}.yaml"] = {"#": "Table 8's clinical benchmarks (metrics differ: each task, no mean)",
+                                           "group": name, "task": members, "metadata": {"version": 1.0}}
+                else:
+                    out[f"{name}.yaml"] = _group(name, members, False, scoring, GROUP_NOTES[group])
     return out
+
+
+GROUP_NOTES = {QA_GROUP: "Table 2's five QA benchmarks: plain mean over benchmarks (the paper's Avg.)",
+               "mirage": "MIRAGE's five sets (zero-shot, question-only retrieval): plain mean over sets (its Average)"}
 
 
 def shipped_files() -> dict[str, dict]:

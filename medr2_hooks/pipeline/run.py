@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from .. import loop
+from .. import loop, methods
 from ..apply.pack import pack
 from ..apply.prompts import question_prompt, with_reasoning
 from ..data.record import Demo, Question
@@ -99,6 +99,7 @@ def prepare(m: MedR2, benchmark: str, questions: list[Question], demos: list[Dem
     demo_texts = demonstrations(m, benchmark, demos, d_states, scoring)
     demo_tokens = m.target_tokens(demo_texts)
     packs = []
+    answers_in_json = m.cfg.method in methods.METHODS and methods.METHODS[m.cfg.method].answer == "medrag"
     with m.stage("pack"):
         reasoning = [s["cot"] if m.cfg.answer_with_cot else None for s in q_states]
         question_tokens = m.target_tokens([with_reasoning(question_prompt(benchmark, q), r)
@@ -117,6 +118,8 @@ def prepare(m: MedR2, benchmark: str, questions: list[Question], demos: list[Dem
                 "iterations": s["iterations"], "stopped_at": s["stopped_at"], "labels": s["labels"],
                 "reformulation": s["reformulation"], "reference": s["reference"],
             })
+            if answers_in_json:  # MedRAG's prompt numbers the documents itself (lmeval.medr2.doc_to_text_medrag)
+                packs[-1]["evidence_texts"] = [h["text"] for h in used]
     record = m.run_record(started, len(questions), len(demos))
     record["loop"] = loop_summary(q_states, m.cfg.iterations if m.cfg.cot else 1)
     record["stage_runs"] = runs.for_items({q.id for q in questions})

@@ -1,0 +1,82 @@
+"""``medr2 evidence``: score each stage's documents against gold evidence (recall, nDCG, MRR, gold in the prompt)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .output import emit_json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = (
+        "examples:\n"
+        "  medr2 eval --tasks bioasq_yn_vanilla_rag,bioasq_yn_medr2 --limit 20 --run_name gold \\\n"
+        "      --metadata '{\"method_override\": {\"index\": \"bioasq_gold\"}}'\n"
+        "  medr2 evidence gold                          # every stage of both methods, paired comparisons\n"
+        "  medr2 evidence --search bioasq_gold --collection bioasq_gold   # the retrievers alone, every question\n"
+        "Stages: each retriever (dense, bm25, splade), fused (D), coarse (S^c), fine (S^f), selected and packed,\n"
+        "per iteration (.t1, .t2, ...) and for the iteration kept (.final). A run over a gold-evidence collection\n"
+        "measures retrieval; its accuracy is a gold-corpus upper bound.")
+    parser.add_argument("runs", nargs="*", help="run folders or names in results/runs (medr2 eval)")
+    parser.add_argument("--collection", help="test collection (default: the one whose corpus the run's index holds)")
+    parser.add_argument("--stages", help="comma-separated stages to show (default: packed and every .final stage)")
+    parser.add_argument("--search", metavar="INDEX", help="score the index's retrievers on the collection's queries")
+    parser.add_argument("--k", type=int, default=100, help="with --search: documents per retriever (default 100)")
+    parser.add_argument("--json", action="store_true", help="print the scores as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import Medr2Error
+    from ..evidence import collections, runs, scores
+
+    if args.search:
+        col = collections.collection(args.collection or (collections.for_index(args.search) or _none(args.search)).name)
+        queries = col.queries()
+        results = scores.stage_scores(f"search:{args.search}", runs.search(args.search, queries, args.k),
+                                      col.qrels(), list(queries))
+        return _print(args, col.name, results, [])
+    if not args.runs:
+        raise Medr2Error("name at least one run (or --search INDEX)")
+    evidence = [e for name in args.runs for e in runs.from_run(name)]
+    names = {args.collection} if args.collection else {(collections.for_index(e.index) or _none(e.index)).name
+                                                       for e in evidence}
+    if len(names) != 1:
+        raise Medr2Error(f"the runs search different collections ({', '.join(sorted(names))}): score them apart")
+    col = collections.collection(names.pop())
+    wanted = args.stages.split(",") if args.stages else None
+    results = []
+    for e in evidence:
+        stages = {s: r for s, r in e.stages.items() if (s in wanted if wanted else s == "packed" or s.endswith(".final"))}
+        results += scores.stage_scores(e.label, stages, col.qrels(), e.questions)
+    comparisons = [c for a in results for b in results if a.run < b.run and a.stage == b.stage
+                   for c in (scores.paired(a, b, m) for m in scores.PAIRED) if c]
+    return _print(args, col.name, results, comparisons)
+
+
+def _none(index: str):
+    from ..errors import Medr2Error
+
+    raise Medr2Error(f"index {index!r} holds no test collection with relevance judgements: give --collection")
+
+
+def _print(args, collection: str, results, comparisons) -> int:
+    from ..evidence.scores import MEASURES
+
+    if args.json:
+        emit_json(args, {"collection": collection, "scores": [
+            {"run": r.run, "stage": r.stage, "n": r.n, **{m: round(v, 4) for m, v in r.means.items()}} for r in results],
+            "paired": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in c.items()} for c in comparisons]},
+            indent=1)
+        return 0
+    print(f"evidence against {collection}:\n")
+    print("| run | stage | n | " + " | ".join(MEASURES) + " |\n|" + "---|" * (len(MEASURES) + 3))
+    for r in results:
+        print(f"| {r.run} | {r.stage} | {r.n} | " + " | ".join(f"{r.means[m]:.3f}" for m in MEASURES) + " |")
+    if comparisons:
+        print("\npaired (b − a, same questions, bootstrap 95% CI):\n\n| stage | measure | a | b | n | Δ | 95% CI |\n"
+              "|---|---|---|---|---|---|---|")
+        for c in comparisons:
+            print(f"| {c['stage']} | {c['measure']} | {c['a']} | {c['b']} | {c['n']} | {c['diff']:+.3f} | "
+                  f"[{c['low']:+.3f}, {c['high']:+.3f}] |")
+    return 0

@@ -1,0 +1,146 @@
+"""Evidence you can score (issue 29): BioASQ-Y/N and the MIRAGE item sets, the gold-evidence collections, each
+stage's documents scored against the gold (hand-computed values), MedRAG's strict JSON answers."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from medr2_hooks import data
+
+
+def test_stage_scores_equal_hand_computed_values():
+    from medr2_hooks.evidence.scores import paired, score, stage_scores
+
+    qrels = {"q1": {"a": 1, "b": 1}, "q2": {"c": 1}, "q3": {"d": 1}}
+    run = {"q1": ["x", "a", "a", "y", "b"], "q2": ["c"]}  # q3: nothing returned; "a" twice keeps rank 2
+    got = score(run, qrels, ["q1", "q2", "q3"])
+    assert got["R@1"] == {"q1": 0.0, "q2": 1.0, "q3": 0.0}
+    assert got["R@10"] == {"q1": 1.0, "q2": 1.0, "q3": 0.0}
+    assert got["RR@100"] == {"q1": 0.5, "q2": 1.0, "q3": 0.0}
+    # q1: gold at ranks 2 and 4 (the duplicate removed): DCG = 1/log2(3) + 1/log2(5), ideal = 1 + 1/log2(3)
+    ndcg_q1 = (1 / math.log2(3) + 1 / math.log2(5)) / (1 + 1 / math.log2(3))
+    assert got["nDCG@10"]["q1"] == pytest.approx(ndcg_q1) and got["nDCG@10"]["q3"] == 0.0
+    assert got["Success@1000"] == {"q1": 1.0, "q2": 1.0, "q3": 0.0}
+    a = stage_scores("a", {"packed": run}, qrels, ["q1", "q2", "q3", "q4"])[0]  # q4: no judgements, not scored
+    assert a.n == 3 and a.means["R@10"] == pytest.approx(2 / 3)
+    b = stage_scores("b", {"packed": {"q1": ["b"], "q2": [], "q3": ["d"]}}, qrels, ["q1", "q2", "q3"])[0]
+    diff = paired(a, b, "Success@1000")
+    assert diff["diff"] == pytest.approx(0.0) and diff["n"] == 3  # (1, 1, 0) vs (1, 0, 1)
+
+
+def test_bioasq_yn_is_mirages_618_yes_no_questions(data_root):
+    from medr2_hooks.data import bioasq
+
+    records = bioasq.load_yesno(data_root)
+    assert len(records) == 618 and sum(r.answer == "yes" for r in records) == 395
+    assert records[0].id == "6402c910201352f04a00000c"  # task 11, batch 1 first, as MIRAGE reads them
+    assert all(r.meta["gold_pmids"] for r in records)
+    assert all("gold_pmids" not in json.dumps(r.public().__dict__) for r in records[:5])  # stages never see them
+    pools = data.pools("bioasq_yn")
+    assert (len(pools.eval), len(pools.demos)) == (608, 10)
+
+
+def test_the_mirage_item_sets(data_root):
+    sizes = {"mirage_mmlu": 1089, "mirage_medqa": 1273, "mirage_medmcqa": 4183, "mirage_pubmedqa": 500,
+             "mirage_bioasq": 618}
+    for name, size in sizes.items():
+        pools = data.pools(name)
+        assert (len(pools.eval), len(pools.demos)) == (size, 0), name  # zero-shot: nothing taken out
+    assert all(len(r.options) == 4 for r in data.pools("mirage_medqa").eval)
+
+
+def test_the_bioasq_gold_collection(data_root):
+    from medr2_hooks.data import bioasq
+    from medr2_hooks.evidence.collections import collection, for_index
+
+    col = collection("bioasq_gold")
+    corpus = dict(bioasq.gold_documents(data_root))
+    assert len(corpus) == 13449 and len(col.queries()) == 2310
+    qrels = col.qrels()
+    assert all(set(docs) <= set(corpus) for docs in qrels.values())
+    first = bioasq.questions(data_root)[0]
+    assert set(qrels[first["id"]]) == {d for d in first["gold"] if d in corpus}
+    assert for_index("bioasq_gold") is col and for_index("bioasq_gold_bge") is col and for_index("textbooks") is None
+
+
+def test_medrag_answers_are_read_strictly_from_json():
+    from medr2_hooks.lmeval.generative import INVALID, extract_json_choice
+
+    labels = ["A", "B", "C", "D"]
+    good = 'Let me think. {"step_by_step_thinking": "cell wall...", "answer_choice": "D"}'
+    assert extract_json_choice(good, labels) == "D"
+    assert extract_json_choice('{"answer_choice": "(b)"}', labels) == "B"
+    assert extract_json_choice('{"answer_choice": "A"} then {"answer_choice": "C"}', labels) == "C"
+    for bad in ("The answer is D", '{"answer_choice": "A or B"}', '{"answer": "A"}', '{"answer_choice": "E"}', ""):
+        assert extract_json_choice(bad, labels) == INVALID  # MIRAGE's scorer would answer "A" here
+    assert extract_json_choice('{"answer_choice": "yes"}', ["yes", "no"]) == "yes"
+
+
+def test_medrag_is_one_registry_entry_with_its_own_answer_format():
+    from medr2_hooks import methods
+    from medr2_hooks.lmeval.registry import task_manager
+    from medr2_hooks.pipeline.config import MethodConfig
+
+    cfg = MethodConfig.from_dict(methods.method("medrag").variant())
+    assert (cfg.fusion, cfg.retrieve_k, cfg.retrievers, cfg.rerank, cfg.cot) == ("rrf", 32, None, False, False)
+    tasks = set(task_manager().all_tasks)
+    assert {"mirage_medrag", "mirage_medqa_medrag", "bioasq_yn_medrag", "medqa_usmle_medrag"} <= tasks
+    assert "rarearena_rds_medrag" not in tasks and "mirage_medqa_medrag_gen" not in tasks
+
+
+@pytest.mark.slow
+def test_each_stage_of_a_run_over_the_gold_collection_is_scored(tmp_path, monkeypatch, capsys):
+    """Vanilla RAG and Med-R² on 3 BioASQ-Y/N items over (a slice of) the gold-evidence collection: the run record
+    holds every stage's scores, `medr2 evidence` prints them, and they equal the scores of the TREC files and the
+    packs themselves."""
+    import yaml
+
+    from medr2_hooks import settings
+    from medr2_hooks.cli.main import main
+    from medr2_hooks.evidence.collections import collection
+    from medr2_hooks.evidence.scores import score
+    from medr2_hooks.lmeval.runner import EvalConfig, run_eval
+    from medr2_hooks.pipeline.stage_runs import read_run
+    from medr2_hooks.retrieve.build import build
+    from pipeline_helpers import TINY
+
+    real = settings.cache_dir()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models").symlink_to(real / "models")
+    monkeypatch.setenv("MEDR2_CACHE_DIR", str(cache))
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path / "results"))
+    recipe = yaml.safe_load((settings.REPO_ROOT / "index" / "bioasq_gold.yaml").read_text())
+    recipe["sources"][0]["paths"] = "bioasq/Task11BGoldenEnriched/11B1_golden.json.gz"  # the first 3 questions' file
+    path = tmp_path / "bioasq_gold.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    from medr2_hooks.corpus.recipe import load_recipe
+
+    build(load_recipe(str(path)), cache / "indexes" / "bioasq_gold", log=lambda *_: None)
+    metadata = {"method_override": {**TINY, "index": "bioasq_gold"}}
+    out = run_eval(EvalConfig(tasks=["bioasq_yn_vanilla_rag", "bioasq_yn_medr2"], limit=3, metadata=metadata,
+                              run_name="gold", wandb=False, prepare=False))
+    evidence = out["run_record"]["evidence"]
+    assert set(evidence) == {"bioasq_yn_vanilla_rag", "bioasq_yn_medr2"}
+    qrels = collection("bioasq_gold").qrels()
+    for task, got in evidence.items():
+        pre = out["run_record"]["prepass"][task]
+        packs = json.loads(Path(pre["packs"]["packs"]).read_text())
+        ids = packs["identity"]["eval_ids"]
+        packed = {q: list(dict.fromkeys(e["doc_id"] for e in p["evidence"])) for q, p in zip(ids, packs["packs"])}
+        assert read_run(Path(pre["stage_runs"]["folder"]) / "packed.trec") == {q: d for q, d in packed.items() if d}
+        judged = [q for q in ids if qrels.get(q)]
+        assert got["stages"]["packed"]["n"] == len(judged) == 3
+        by_hand = score(packed, qrels, judged)
+        for measure in ("R@10", "nDCG@10", "Success@1000"):
+            assert got["stages"]["packed"][measure] == pytest.approx(sum(by_hand[measure].values()) / 3, abs=1e-4)
+    assert "fine.final" in evidence["bioasq_yn_medr2"]["stages"] and "fine.final" not in evidence["bioasq_yn_vanilla_rag"]["stages"]
+    capsys.readouterr()  # the evaluation's own tables
+    assert main(["evidence", str(tmp_path / "results" / "runs" / "gold"), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["collection"] == "bioasq_gold" and {s["stage"] for s in printed["scores"]} >= {"packed", "fused.final"}
+    assert any(p["stage"] == "packed" and p["measure"] == "R@10" for p in printed["paired"])
