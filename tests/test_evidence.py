@@ -122,8 +122,9 @@ def test_each_stage_of_a_run_over_the_gold_collection_is_scored(tmp_path, monkey
 
     build(load_recipe(str(path)), cache / "indexes" / "bioasq_gold", log=lambda *_: None)
     metadata = {"method_override": {**TINY, "index": "bioasq_gold"}}
-    out = run_eval(EvalConfig(tasks=["bioasq_yn_vanilla_rag", "bioasq_yn_medr2"], limit=3, metadata=metadata,
-                              run_name="gold", wandb=False, prepare=False))
+    out = run_eval(EvalConfig(tasks=["bioasq_yn_direct", "bioasq_yn_vanilla_rag", "bioasq_yn_medr2"], limit=3,
+                              metadata=metadata, run_name="gold", wandb=False, prepare=False))
+    assert all(0 <= out["results"][t]["acc,none"] <= 1 for t in ("bioasq_yn_direct", "bioasq_yn_medr2"))
     evidence = out["run_record"]["evidence"]
     assert set(evidence) == {"bioasq_yn_vanilla_rag", "bioasq_yn_medr2"}
     qrels = collection("bioasq_gold").qrels()
@@ -144,3 +145,32 @@ def test_each_stage_of_a_run_over_the_gold_collection_is_scored(tmp_path, monkey
     printed = json.loads(capsys.readouterr().out)
     assert printed["collection"] == "bioasq_gold" and {s["stage"] for s in printed["scores"]} >= {"packed", "fused.final"}
     assert any(p["stage"] == "packed" and p["measure"] == "R@10" for p in printed["paired"])
+
+
+@pytest.mark.slow
+def test_mirages_medrag_group_runs(tmp_path):
+    """`medr2 eval --tasks mirage_medrag --limit 2`: MIRAGE's five sets with MedRAG's JSON answers, each answer
+    scored strictly and its invalid rate reported."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MEDR2_RESULTS_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "medr2_hooks.cli.main", "eval", "--tasks", "mirage_medrag", "--limit",
+                           "2", "--gen_kwargs", "max_gen_toks=32", "--no_wandb", "--run_name", "mirage"], env=env,
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((tmp_path / "runs" / "mirage" / "run.json").read_text())
+    for name in ("mirage_mmlu", "mirage_medqa", "mirage_medmcqa", "mirage_pubmedqa", "mirage_bioasq"):
+        got = record["results"][f"{name}_medrag"]
+        assert 0 <= got["acc,none"] <= 1 and 0 <= got["invalid,none"] <= 1
+        assert record["n_samples"][f"{name}_medrag"]["effective"] == 2
+    assert record["prepass"]["mirage_medqa_medrag"]["config"]["fusion"] == "rrf"
+
+
+def test_answer_text_in_the_evidence_is_a_labelled_weak_signal():
+    from medr2_hooks.evidence.scores import answer_in_evidence
+
+    texts = {"q1": "Evidence:\n[1] Ceftriaxone inhibits cell wall synthesis.", "q2": "Evidence:\n[1] Aspirin.", "q3": ""}
+    assert answer_in_evidence(texts, {"q1": "ceftriaxone", "q2": "Imatinib", "q3": "x"}) == \
+        {"q1": 1.0, "q2": 0.0, "q3": 0.0}

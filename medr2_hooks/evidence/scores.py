@@ -85,7 +85,12 @@ def summarize(prepass: dict) -> dict:
     for task, record in prepass.items():
         col = for_index(((record or {}).get("index") or {}).get("name", ""))
         runs = (record or {}).get("stage_runs") or {}
-        if col is None or not runs.get("folder") or not Path(runs["folder"]).is_dir():
+        if col is None:
+            weak = answer_recall(record or {})
+            if weak is not None:
+                out[task] = weak
+            continue
+        if not runs.get("folder") or not Path(runs["folder"]).is_dir():
             continue
         stages = {s: read_run(Path(runs["folder"]) / f"{s}.trec") for s in runs["stages"]
                   if s == "packed" or s.endswith(".final")}
@@ -95,3 +100,28 @@ def summarize(prepass: dict) -> dict:
                       "items": {m: {q: round(v, 4) for q, v in r.items[m].items()} for m in PAIRED}}
             for r in scored}}
     return out
+
+
+def answer_recall(record: dict) -> dict | None:
+    """Where no judgements exist: how often the gold option's text appears in the packed evidence (a weak signal,
+    labelled so), read from the packs and the benchmark's gold answers (the scorer's side; no stage saw them)."""
+    from pathlib import Path
+
+    from .. import data
+    from ..errors import Medr2Error
+
+    packs = Path(((record.get("packs") or {}).get("packs")) or "")
+    if not packs.is_file() or not record.get("benchmark"):
+        return None
+    from .runs import packed_texts
+
+    texts = packed_texts(packs)
+    try:
+        gold = {r.id: r.options.get(r.answer, r.answer) for r in data.pools(record["benchmark"]).eval if r.id in texts}
+    except Medr2Error:  # a benchmark whose files are not here has no weak signal to give
+        return None
+    hits = answer_in_evidence({q: t for q, t in texts.items() if q in gold}, gold)
+    if not hits:
+        return None
+    return {"collection": None, "answer_in_evidence": round(sum(hits.values()) / len(hits), 4), "n": len(hits),
+            "note": "weak signal: the gold option's text appears in the packed evidence (no relevance judgements)"}

@@ -127,10 +127,18 @@ def evidence_tables(exp: Experiment, runs: list[Run], done: dict) -> list[str]:
     and every method against the reference method on the packed evidence, same questions, bootstrap 95% CI."""
     from ..stats import paired_bootstrap
 
-    rows = [(r, done[r.name]["evidence"]) for r in runs if r.name in done and done[r.name].get("evidence")]
+    weak = [(r, done[r.name]["evidence"]) for r in runs if r.name in done
+            and "answer_in_evidence" in (done[r.name].get("evidence") or {})]
+    rows = [(r, done[r.name]["evidence"]) for r in runs if r.name in done and (done[r.name].get("evidence") or {}).get("stages")]
+    md = []
+    if weak:
+        md.append("\n## Answer text in the packed evidence (no relevance judgements: a weak signal, not evidence quality)"
+                  "\n\n| model | method | benchmark | window | n | gold option's text in the evidence |\n|---|---|---|---|---|---|\n")
+        md += [f"| {r.model} | {r.method} | {r.benchmark} | {r.window} | {ev['n']} | {ev['answer_in_evidence']:.2f} |\n"
+               for r, ev in weak]
     if not rows:
-        return []
-    md = [f"\n## Evidence against {rows[0][1]['collection']} (gold PubMed ids; R@10 / nDCG@10 / gold in the list)\n\n"
+        return md
+    md += [f"\n## Evidence against {rows[0][1]['collection']} (gold PubMed ids; R@10 / nDCG@10 / gold in the list)\n\n"
           "| model | method | benchmark | window | n | " + " | ".join(EVIDENCE_STAGES) + " |\n|"
           + "---|" * (len(EVIDENCE_STAGES) + 5) + "\n"]
     for run, ev in rows:

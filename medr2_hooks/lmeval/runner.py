@@ -373,8 +373,10 @@ def _log_wandb(cfg: EvalConfig, name: str, results: dict, samples: dict | None, 
     logger.post_init(results)
     logger.log_eval_result()
     for task, got in (record.get("evidence") or {}).items():  # each stage's evidence scores, beside the accuracy
-        logger.run.log({f"{task}/evidence/{stage}/{m}": v for stage, scores in got["stages"].items()
+        logger.run.log({f"{task}/evidence/{stage}/{m}": v for stage, scores in (got.get("stages") or {}).items()
                         for m, v in scores.items() if m not in ("items", "n")})
+        if "answer_in_evidence" in got:
+            logger.run.log({f"{task}/evidence/answer_in_evidence": got["answer_in_evidence"]})
     # lm-eval 0.4.13's WandbLogger.log_eval_samples fails on its own sample format; a table per task here.
     for task_name, rows in (samples or {}).items():
         logger.run.log({f"{task_name}/samples": _samples_table(rows)})
