@@ -139,3 +139,93 @@ def test_kill_during_training_and_resume_reproduces_the_uninterrupted_loss_curve
     assert json.loads((out / "final" / MANIFEST).read_text())["steps"] == 6
     with pytest.raises(ConfigError, match="never overwritten"):
         train(load_recipe(_write_recipe(tmp_path, tiny_gemma, str(out))))
+
+
+def test_the_within_dataset_recipes_name_the_training_file_they_need():
+    """The MedQA train splits are not in the shared mirror: the recipe says which file, where."""
+    for name, path in (("paper_medqa_usmle_within", "medqa_usmle/US/train.jsonl"),
+                       ("paper_medqa_mcmle_within", "medqa_mcmle/Mainland/train.jsonl")):
+        with pytest.raises(DataError, match=f"needs its file .*{path} \\(5 options, as evaluated\\), which the shared "
+                                            "mirror lacks"):
+            examples.load_items(load_recipe(name).train[0])
+
+
+def _weights(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(next(folder.glob("*.safetensors"))))
+
+
+@pytest.mark.slow
+def test_two_processes_train_as_one_and_save_the_trained_weights(tmp_path, tiny_gemma):
+    """Issue 30.1: DDP over 2 CPU processes (torchrun; accelerate launch starts one process on a CPU and runs FSDP on
+    GPUs only). The final checkpoint, gathered through accelerator.get_state_dict on every rank, reloads and equals
+    the weights the run ended with (its last accelerate checkpoint), and the run follows the one-process run."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from medr2_hooks.finetune.train import train
+
+    one = train(load_recipe(_write_recipe(tmp_path, tiny_gemma, str(tmp_path / "one"))), log=lambda *_: None)
+    out = tmp_path / "two"
+    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           "29517", "-m", "medr2_hooks.finetune", _write_recipe(tmp_path, tiny_gemma, str(out)),
+                           "--no_wandb"], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    manifest = json.loads((out / "final" / "medr2_training.json").read_text())
+    assert manifest["processes"] == 2 and manifest["steps"] == one["steps"] == 6
+    for a, b in zip(manifest["losses"], one["losses"]):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)  # the same global batches, summed across processes
+    last = _weights(sorted(out.glob("checkpoint-*"))[-1])  # accelerate's own save of the trained model
+    final = _weights(out / "final")
+    assert set(final) <= set(last) and all(torch.equal(final[k], last[k]) for k in final)
+    reloaded = AutoModelForCausalLM.from_pretrained(out / "final").state_dict()
+    assert all(torch.equal(reloaded[k], last[k]) for k in final)
+    single = _weights(tmp_path / "one" / "final")
+    assert max((final[k] - single[k]).abs().max().item() for k in final) < 1e-4
+
+
+@pytest.mark.slow
+def test_bf16_recipes_update_fp32_master_weights(tmp_path, tiny_gemma):
+    """Issue 30.1: a bfloat16 recipe computes in bf16 over fp32 master weights. With lr 2e-5 its steps move the
+    weights, and its losses track a float32 run's; updating bf16 weights directly (what 85cbdde did) leaves most of
+    them unchanged, since the step is below half of bf16's spacing."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    def recipe(name: str, dtype: str) -> str:
+        path = _write_recipe(tmp_path, tiny_gemma, str(tmp_path / name))
+        raw = yaml.safe_load(open(path))
+        raw.update(dtype=dtype, learning_rate=2e-5, epochs=1, warmup_ratio=0.0)
+        with open(path, "w") as fh:
+            yaml.safe_dump(raw, fh)
+        return path
+
+    def run(name: str, dtype: str) -> dict:  # its own process: accelerate fixes one precision per process
+        env = {**os.environ, "WANDB_MODE": "disabled"}
+        done = subprocess.run([sys.executable, "-m", "medr2_hooks.finetune", recipe(name, dtype), "--no_wandb"],
+                              env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads((tmp_path / name / "final" / "medr2_training.json").read_text())
+
+    mixed, full = run("mixed", "bfloat16"), run("full", "float32")
+    for a, b in zip(mixed["losses"], full["losses"]):
+        assert a["loss"] == pytest.approx(b["loss"], rel=0.02)  # bf16 autocast against float32: within 2%
+    start = AutoModelForCausalLM.from_pretrained(tiny_gemma, dtype=torch.float32).state_dict()
+    master = _weights(sorted((tmp_path / "mixed").glob("checkpoint-*"))[-1])
+    big = [k for k, v in start.items() if v.is_floating_point() and v.abs().mean() > 0.01 and k in master]
+    moved = sum((master[k] != start[k]).float().mean().item() for k in big) / len(big)
+    assert moved > 0.95 and (tmp_path / "mixed" / "final" / "config.json").is_file()
+    assert next(iter(_weights(tmp_path / "mixed" / "final").values())).dtype == torch.bfloat16  # saved in the recipe's dtype
+
+    # the old way: AdamW straight on bf16 weights, one step of the same size
+    model = AutoModelForCausalLM.from_pretrained(tiny_gemma, dtype=torch.bfloat16)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.0)
+    ids = torch.randint(0, 1000, (2, 16))
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    after = model.state_dict()
+    still = sum((after[k] == before[k]).float().mean().item() for k in big) / len(big)
+    assert still > 0.6  # most bf16 weights did not move at all (70% here; the small ones move), against < 5% above

@@ -1,10 +1,19 @@
-"""``accelerate launch [--config_file finetune/accelerate/<cfg>.yaml] -m medr2_hooks.finetune RECIPE [--max_steps N]``"""
+"""``accelerate launch [--config_file finetune/accelerate/<cfg>.yaml] -m medr2_hooks.finetune RECIPE [--max_steps N]``
+(or ``torchrun --nproc_per_node N -m medr2_hooks.finetune RECIPE``): one process of a fine-tuning run."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
-from ..cli.main import main
+from ..errors import Medr2Error
+from .command import add_arguments, run
 
 if __name__ == "__main__":
-    sys.exit(main(["finetune", *sys.argv[1:]]))
+    parser = argparse.ArgumentParser(prog="python -m medr2_hooks.finetune", description="full-parameter SFT from a recipe")
+    add_arguments(parser)
+    try:
+        sys.exit(run(parser.parse_args()))
+    except Medr2Error as exc:
+        print(f"medr2 finetune: error: {exc}", file=sys.stderr)
+        sys.exit(2)

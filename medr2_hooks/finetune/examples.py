@@ -39,7 +39,15 @@ def load_items(spec: ItemSlice) -> list[Record]:
         loaders = {"medqa_usmle": medqa.load_usmle, "medqa_mcmle": medqa.load_mcmle}
         if spec.benchmark not in loaders:
             raise ConfigError(f"source medqa_release reads MedQA only, not {spec.benchmark!r}")
-        records = loaders[spec.benchmark](settings.data_dir(), splits=(spec.split or "train",))
+        split = spec.split or "train"
+        try:
+            records = loaders[spec.benchmark](settings.data_dir(), splits=(split,))
+        except DataError:
+            folder = {"medqa_usmle": "medqa_usmle/US", "medqa_mcmle": "medqa_mcmle/Mainland"}[spec.benchmark]
+            raise DataError(f"{spec.benchmark}: training on the MedQA release's {split} split needs its file "
+                            f"{settings.data_dir()}/{folder}/{split}.jsonl (5 options, as evaluated), which the shared "
+                            "mirror lacks: download the MedQA release (github.com/jind11/MedQA) and put the file "
+                            "there") from None
     if spec.split and spec.source == "pool":
         records = [r for r in records if r.meta.get("split") == spec.split]
     end = None if spec.count is None else spec.offset + spec.count

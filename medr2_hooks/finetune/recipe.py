@@ -48,6 +48,8 @@ class FinetuneRecipe:
     max_steps: int | None = None  # bound on optimizer steps (the CPU recipe); None: all epochs
     max_length: int = 1024  # longer training rows are skipped and counted
     max_grad_norm: float | None = 1.0
+    # the compute dtype (bfloat16 / float16: mixed precision over float32 master weights, 16 GB of weights, gradients
+    # and AdamW state per billion parameters; float32: everything in float32) and the saved checkpoint's dtype
     dtype: str = "bfloat16"
     seed: int = 1234
     checkpoint_every: int = 1  # optimizer steps between resumable checkpoints
@@ -60,6 +62,8 @@ class FinetuneRecipe:
             raise ValueError(f"global_batch {self.global_batch} must be a multiple of micro_batch {self.micro_batch}")
         if not 0 <= self.warmup_ratio < 1:
             raise ValueError("warmup_ratio must be in [0, 1)")
+        if self.dtype not in ("bfloat16", "float16", "float32"):
+            raise ValueError(f"dtype must be bfloat16, float16 or float32, found {self.dtype!r}")
 
     def out_dir(self):
         from pathlib import Path
