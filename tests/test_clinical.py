@@ -27,7 +27,7 @@ def test_medxpertqa_list_and_dict_option_layouts_give_the_same_record(data_root)
     hub_row = {**row, "options": {o["letter"]: o["content"] for o in row["options"]}, "label": row["label"][0]}
     a, b = record(row, "f.jsonl", 1), record(hub_row, "f.jsonl", 1)
     assert a == b and list(a.options) == list("ABCDEFGHIJ") and a.answer == row["label"][0]
-    assert len(data.pools("medxpertqa").eval) == 234
+    assert len(data.pools("medxpertqa_sampled").eval) == 234 and len(data.pools("medxpertqa").eval) == 2440
 
 
 @pytest.mark.parametrize("change, problem", [

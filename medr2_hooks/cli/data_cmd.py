@@ -31,6 +31,9 @@ def run(args: argparse.Namespace) -> int:
             counts[name] = {"eval": None, "demos": None, "missing": str(exc)}
             continue
         counts[name] = {"eval": len(pools.eval), "demos": len(pools.demos)}
+        mismatched = sum(bool(r.meta.get("inline_mismatch")) for r in pools.eval + pools.demos)
+        if mismatched:  # MedXpertQA: rows whose inline option block differs from the options field (which wins)
+            counts[name]["inline_mismatch"] = mismatched
     if args.json:
         emit_json(args, counts, indent=2)
         return 0
@@ -41,5 +44,7 @@ def run(args: argparse.Namespace) -> int:
         if c["eval"] is None:
             print(f"{name:<14} {'-':>6} {'-':>6}  {data.benchmark(name).title}: not in the mirror")
             continue
-        print(f"{name:<14} {c['eval']:>6} {c['demos']:>6}  {data.benchmark(name).title}")
+        note = f" ({c['inline_mismatch']} rows' inline options differ from the options field, which is used)" \
+            if c.get("inline_mismatch") else ""
+        print(f"{name:<14} {c['eval']:>6} {c['demos']:>6}  {data.benchmark(name).title}{note}")
     return 0

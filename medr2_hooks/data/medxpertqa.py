@@ -1,14 +1,17 @@
 """MedXpertQA (Text): 10-option multiple choice (A–J).
 
-Local: ``medxpertqa/medxpertqa_text_input.jsonl`` (the full 2,450-item test split) when the mirror has it,
-otherwise the official 244-item sample ``medxpertqa_sampled_text_input.jsonl``. Options come as a list of
-``{letter, content}`` there and as a ``{letter: text}`` mapping in the hub rows (``TsinghuaC3I/MedXpertQA``,
-config ``Text``); both give the same :class:`Record`. Exactly one label, A–J, must be marked correct.
+Local: the full 2,450-item Text test split when the mirror has it (``medxpertqa/medxpertqa_text.jsonl``, a hub
+dump with options as a ``{letter: text}`` mapping and ``label`` a string; or the official
+``medxpertqa_text_input.jsonl``), otherwise the official 244-item sample ``medxpertqa_sampled_text_input.jsonl``
+(also the named subset ``medxpertqa_sampled``). Options come as a list of ``{letter, content}`` in the official
+files and as a mapping in the dump and the hub rows (``TsinghuaC3I/MedXpertQA``, config ``Text``); all give the same
+:class:`Record`. Exactly one label, A–J, must be marked correct.
 
-Every question of the release ends with its options inline (``\nAnswer Choices: (A) … (J) …``). The block is
-split off at load time and must equal the ``options`` field (whitespace aside; an error naming file, line and
-field otherwise): the question is the stem alone, so prompts list the options once and retrieval, reformulation
-and the judges never see an option (the question-only rule).
+Every question ends with its options inline (``\nAnswer Choices: (A) … (J) …``). The block is split off at load
+time, so the question is the stem alone: prompts list the options once and retrieval, reformulation and the
+judges never see an option (the question-only rule). The ``options`` field is authoritative (the official
+evaluation reads it): a row whose inline block differs (line 2231 of the dump, ``Text-2230``: ``(I) 15-16%`` where
+the field says ``15-26%``) is kept, marked ``meta["inline_mismatch"]`` and counted (``medr2 data info``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from .record import Record
 HUB = "TsinghuaC3I/MedXpertQA"
 LETTERS = "ABCDEFGHIJ"
 INLINE = "Answer Choices:"
-FULL, SAMPLE = "medxpertqa/medxpertqa_text_input.jsonl", "medxpertqa/medxpertqa_sampled_text_input.jsonl"
+FULL = ("medxpertqa/medxpertqa_text_input.jsonl", "medxpertqa/medxpertqa_text.jsonl")  # official name, the dump
+SAMPLE = "medxpertqa/medxpertqa_sampled_text_input.jsonl"
 
 
 def record(obj: dict, path, line: int) -> Record:
@@ -44,30 +48,37 @@ def record(obj: dict, path, line: int) -> Record:
         raise RowError(path, line, "label", f"expected exactly one correct option, found {len(labels)}: {labels}")
     if labels[0] not in options:
         raise RowError(path, line, "label", f"answer {labels[0]!r} is not one of the options {list(options)}")
-    return Record(
-        id=str(field(obj, "id", path, line)), question=stem(field(obj, "question", path, line), options, path, line),
-        options=options,
-        answer=labels[0], language="en",
-        meta={key: obj.get(key) for key in ("medical_task", "body_system", "question_type")} | {"source": f"{Path(str(path)).name}:{line}"},
-    )
+    question, mismatch = stem(field(obj, "question", path, line), options)
+    meta = {key: obj.get(key) for key in ("medical_task", "body_system", "question_type")}
+    return Record(id=str(field(obj, "id", path, line)), question=question, options=options, answer=labels[0],
+                  language="en", meta=meta | {"source": f"{Path(str(path)).name}:{line}"}
+                  | ({"inline_mismatch": True} if mismatch else {}))
 
 
-def stem(question: str, options: dict[str, str], path, line: int) -> str:
-    """The question without its inline ``Answer Choices:`` block, after checking the block lists ``options``."""
+def stem(question: str, options: dict[str, str]) -> tuple[str, bool]:
+    """The question without its inline ``Answer Choices:`` block, and whether that block differs from ``options``
+    (whitespace aside; the options field wins)."""
     at = question.rfind(INLINE)
     if at < 0:
-        return question
+        return question, False
     block = " ".join(question[at + len(INLINE):].split())
     expected = " ".join(" ".join(f"({letter}) {text}" for letter, text in options.items()).split())
-    if block != expected:
-        raise RowError(path, line, "question", f"its inline {INLINE.strip()!r} block differs from the options field: "
-                                               f"{block[:120]!r} vs {expected[:120]!r}")
-    return question[:at].rstrip()
+    return question[:at].rstrip(), block != expected
+
+
+def full_split(root: Path) -> Path | None:
+    return next((root / name for name in FULL if (root / name).is_file()), None)
 
 
 def load(root: Path) -> list[Record]:
-    full = root / FULL
-    path = full if full.is_file() else require_file(root / SAMPLE, hub=HUB)
+    """The full Text test split when present, else the official sample."""
+    path = full_split(root) or require_file(root / SAMPLE, hub=HUB)
+    return [record(obj, path, line) for line, obj in iter_jsonl(path)]
+
+
+def load_sampled(root: Path) -> list[Record]:
+    """The official 244-item sample (MedXpertQA's own smaller evaluation set)."""
+    path = require_file(root / SAMPLE, hub=HUB)
     return [record(obj, path, line) for line, obj in iter_jsonl(path)]
 
 
