@@ -96,9 +96,10 @@ def test_rarearena_prompt_never_contains_the_diagnosis():
     ("GAUCHER DISEASE.", 2),
     ("gaucher's disease", 2),  # possessive
     ("Gaucher’s disease", 2),  # typographic apostrophe
-    ("Gaucher disease type 1", 2),  # an Orphanet subtype of the disease
+    ("Gaucher disease type 1", 2),  # the case's own diagnosis wording (RareArena's score-2 set)
+    ("Gaucher disease type 2", 0),  # another subtype: the judge decides, the offline lower bound gives nothing
     ("Gaucher disease type 1 (non-neuronopathic)", 0),  # not an Orphanet name: no partial credit
-    ("Sphingolipidosis", 1),  # direct parent grouping 17 diseases
+    ("Sphingolipidosis", 0),  # direct parent grouping 17 diseases: RareArena's score-1 set stops at 10
     ("Fabry disease", 0),
     ("", 0),
 ])
@@ -142,31 +143,6 @@ def test_diagnosis_metrics_count_short_and_invalid_lists_and_never_pad():
     doc = rec.to_doc()
     assert process_results(doc, [" Fabry disease\n2. Gaucher disease"]) == {
         "top1": 0.0, "top5": 1.0, "top1_lenient": 0.0, "top5_lenient": 1.0, "invalid": 0.0, "short_list": 1.0}
-    assert process_results(doc, [" Sphingolipidosis\n2. x\n3. y\n4. z\n5. w"])["top1_lenient"] == 1.0
+    marfan = data.load("rarearena_rds", cases_file=FIXTURE / "RDS.json")[1].to_doc()
+    assert process_results(marfan, [" Marfan syndrome and Marfan-related disorders\n2. x"])["top1_lenient"] == 1.0
     assert process_results(doc, [" ???"])["invalid"] == 1.0 and process_results(doc, ["\nnothing"])["invalid"] == 1.0
-
-
-@pytest.mark.slow
-def test_rarearena_rds_direct_runs_on_the_fixture_and_reports_recall(tmp_path, monkeypatch):
-    from medr2_hooks.lmeval.diagnosis import parse_list
-    from medr2_hooks.lmeval.runner import EvalConfig, run_eval
-
-    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path))
-    results = run_eval(EvalConfig(tasks=["rarearena_rds_direct"], limit=3, wandb=False,
-                                  metadata={"cases_file": {"rarearena_rds": str(FIXTURE / "RDS.json")}},
-                                  gen_kwargs="max_gen_toks=48"))
-    metrics = results["results"]["rarearena_rds_direct"]
-    assert {"top1,none", "top5,none", "invalid,none", "short_list,none"} <= set(metrics)
-    assert results["n-samples"]["rarearena_rds_direct"]["effective"] == 3
-    row = results["samples"]["rarearena_rds_direct"][0]
-    assert row["arguments"]["gen_args_0"]["arg_0"].endswith("Diagnoses:\n1.")
-
-    # the LLM judge re-grades the logged lists in one batched call (here the embedded model as the judge)
-    from medr2_hooks.lmeval.judge import judge_run
-    from medr2_hooks.llm.hf import HFBackend
-
-    judge = HFBackend("embedded:gemma-270m")
-    judged = judge_run(results["run_record"]["config"]["output_path"] or tmp_path / "runs", judge)
-    predictions = sum(len(parse_list(s["filtered_resps"][0])) for s in results["samples"]["rarearena_rds_direct"])
-    assert judged["judged_predictions"] == predictions and judge.usage.calls == (1 if predictions else 0)
-    assert judged["tasks"]["rarearena_rds_direct"]["n"] == 3

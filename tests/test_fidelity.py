@@ -212,8 +212,8 @@ def test_the_target_sees_its_own_cot_only_where_the_method_says_so():
 def test_rarearena_reports_top5_as_the_papers_metric_and_top1_beside_it():
     from medr2_hooks.experiments.report import primary_metric
 
-    assert primary_metric({"top1,none": 0.2, "top5,none": 0.4, "invalid,none": 0.0}) == ("top5", 40.0)
-    assert primary_metric({"acc,none": 0.5, "acc_norm,none": 0.4}) == ("acc", 50.0)
+    assert primary_metric({"top1,none": 0.2, "top5,none": 0.4, "invalid,none": 0.0}) == ("top5,none", 40.0)
+    assert primary_metric({"acc,none": 0.5, "acc_norm,none": 0.4}) == ("acc,none", 50.0)
 
 
 def test_the_usefulness_proxy_scores_the_answer_text_without_a_letter():

@@ -63,6 +63,9 @@ class Experiment:
     # The finetune method's checkpoint per benchmark, as a recipe in finetune/recipes/ trained once per target:
     # within-dataset (the benchmark's own training split) or cross-dataset (another's, e.g. MedMCQA -> PubMedQA).
     finetune: dict[str, str] = field(default_factory=dict)
+    # RareArena's LLM judge (a backend spec; RareArena's authors used GPT-4o through chat completions): its top-1/top-5
+    # are the headline of the RareArena cells, the offline Orphanet match stays beside them as the lower bound
+    judge: dict | None = None
     # Set by `medr2 sweep --rehearse`: the paper experiment rehearsed and what stands in for each model and role.
     rehearsal: dict = field(default_factory=dict)
 
@@ -90,6 +93,18 @@ class Experiment:
         if bad:
             raise ValueError(f"method_overrides names {bad[0]!r}, which is not among this experiment's methods")
         self._check_finetune()
+        self._check_judge()
+
+    def _check_judge(self) -> None:
+        if self.judge is None:
+            return
+        from ..lmeval.judge import check_judge
+
+        graded = [b for b in self.benchmarks if data.benchmark(b).style == "diagnosis"]
+        if not graded:
+            raise ValueError("judge: none of this experiment's benchmarks is graded by a judge (RareArena's free-text "
+                             "diagnoses)")
+        check_judge(graded[0], self.judge)
 
     def _check_finetune(self) -> None:
         """Every finetune cell has a checkpoint: the model's single ``finetuned`` folder or the recipe that the

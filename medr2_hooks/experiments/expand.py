@@ -61,6 +61,8 @@ def expand(exp: Experiment) -> list[Run]:
                 windows = [w for w in sorted(exp.windows) if spec.max_window is None or w <= spec.max_window]
                 for window in windows if method != "finetune" else windows[:1]:
                     metadata = dict(exp.metadata)
+                    if exp.judge is not None and style == "diagnosis":
+                        metadata["judge"] = dict(exp.judge)
                     model_args, lm_model = spec.model_args, spec.model
                     resolved = {}
                     if method == "finetune":  # the same direct task, on the benchmark's checkpoint

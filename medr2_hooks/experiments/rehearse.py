@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .. import data
 from ..config import ConfigError
 from .config import Experiment, ModelSpec, role_set
 from .expand import pretrained_of
@@ -112,18 +113,21 @@ def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
         mapping[spec.name] = {"target": spec.model_args or spec.model, "stand_in": stand, "pack_window_cap": cap,
                               "roles": {r: s["model"] for r, s in ({"llm": roles["llm"], **roles["roles"]}.items()
                                                                  if roles else [])}}
+    # a served judge (RareArena's GPT-4o) becomes the instruction-tuned stand-in, served and reached through chat
+    graded = any(data.benchmark(b).style == "diagnosis" for b in benchmarks)
+    judge = {**_served(SMOLLM, exp.judge, plan), "api": "chat"} if exp.judge and graded else None
     capped = sorted({w for w in exp.windows for m in models if w > m.pack_window_cap})
     return replace(
         exp, name=f"{exp.name}_rehearsal", models=models, benchmarks=benchmarks, limit=plan.limit,
         candidate_ratio=None, gen_kwargs=f"max_gen_toks={CPU_GEN_TOKENS}" if exp.gen_kwargs else None,
         method_override=_cpu_sized(exp.method_override),
         method_overrides={m: _cpu_sized(o) for m, o in exp.method_overrides.items()}, finetune={},
-        allow_embedded_roles=False,
+        allow_embedded_roles=False, judge=judge,
         description=f"Rehearsal of {exp.name}: the grid of the paper config on embedded stand-ins ({plan.limit} items "
                     f"of {', '.join(benchmarks)}); accuracies say nothing about the paper's models.",
         rehearsal={"of": exp.name, "plan": {"limit": plan.limit, "benchmarks": benchmarks, "window_cap": plan.window_cap,
                             "models": [m.name for m in models]},
-                   "models": mapping, "servers": {m: plan.port(m) for m in CONTEXT},
+                   "models": mapping, "judge": exp.judge, "servers": {m: plan.port(m) for m in CONTEXT},
                    "windows_capped": capped, "cpu_loop": CPU_LOOP, "cpu_k": CPU_K,
                    "candidate_ratio": exp.candidate_ratio, "gen_kwargs": exp.gen_kwargs,
                    "replaced": {k: exp.method_override[k] for k in GPU_ONLY if k in exp.method_override}})
@@ -132,4 +136,4 @@ def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
 def servers_needed(exp: Experiment) -> list[str]:
     """The stand-ins that the rehearsal's roles reach over HTTP (one ``medr2 serve`` each)."""
     used = {s["model"] for m in exp.models if m.roles for s in [m.roles["llm"], *m.roles["roles"].values()]}
-    return sorted(used)
+    return sorted(used | ({exp.judge["model"]} if exp.judge else set()))

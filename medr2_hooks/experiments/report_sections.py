@@ -188,3 +188,24 @@ def anchor_table(exp: Experiment) -> list[str]:
     md += [f"| {s} | {m} | {c or MISSING} | {r or MISSING} | " + " | ".join(v.get(col, MISSING) for col in cols) + " |\n"
            for (s, m, c, r), v in grouped.items()]
     return md
+
+
+def grading_table(runs: list[Run], done: dict) -> list[str]:
+    """RareArena runs: which grade the main table shows (the run's LLM judge, or the offline Orphanet match, a
+    lower bound of the judge), the judge's model, and both top-5 recalls side by side."""
+    rows = [(run, done[run.name]) for run in runs if run.name in done and "(" in done[run.name]["metric"]]
+    if not rows:
+        return []
+    md = ["\n## RareArena grading (top-5 recall, %)\n\nThe judge grades as RareArena's authors do (score 2: the case's "
+          "diagnosis or Orphanet name, a synonym or equivalent); the Orphanet match credits only names the Orphanet "
+          "tree holds, so it is a lower bound. Without a judge (experiment `judge:`, or `--metadata "
+          "'{\"judge\": {...}}'`) the table shows the lower bound.\n\n| run | graded by | top-5 | Orphanet lower bound | "
+          "judge replies unparseable |\n|---|---|---|---|---|\n"]
+    for run, got in rows:
+        judge = got.get("judge") or {}
+        by = f"judge {judge.get('model', '?')}" if got["metric"].endswith("(judge)") else "Orphanet match (no judge)"
+        lower = got.get("orphanet_top5") if got["metric"].endswith("(judge)") else got["score"]
+        bad = judge.get("unparseable")
+        md.append(f"| {run.name} | {by} | {got['score']:.2f} | {'' if lower is None else f'{lower:.2f}'} | "
+                  f"{'' if bad is None else bad} |\n")
+    return md

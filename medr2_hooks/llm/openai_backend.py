@@ -8,6 +8,9 @@ Credentials: name an environment variable (``api_key_env``, default ``OPENAI_API
 A server that cannot be reached, or answers with an error, raises :class:`EndpointError` naming the role
 (the caller's usage label), the endpoint and the model.
 
+``api: chat`` sends each prompt as one user message to ``/chat/completions`` instead (frontier models such as
+GPT-4o have no completions endpoint: the RareArena judge); such a backend generates but cannot ``score``.
+
 Throughput: a call's prompts go out as requests of ``request_batch`` prompts, ``concurrency`` of them in flight
 at once (set per role in its backend spec), so a ``vllm serve`` endpoint's continuous batching stays full.
 Transient failures (connection errors, timeouts, HTTP 429 and 5xx) are retried ``max_retries`` times with
@@ -33,10 +36,13 @@ class OpenAIBackend:
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, timeout: float = 600,
                  max_length: int = 32768, tokenizer: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  concurrency: int = 4, request_batch: int = 16, max_retries: int = 4, backoff: float = 1.0,
-                 server_args: dict | list | str | None = None):
+                 server_args: dict | list | str | None = None, api: str = "completions"):
         # server_args: how the server was started (vllm serve flags), declared for the role's identity only
         if concurrency < 1 or request_batch < 1 or max_retries < 0:
             raise ValueError("concurrency and request_batch must be >= 1, max_retries >= 0")
+        if api not in ("completions", "chat"):
+            raise ValueError(f"api must be completions or chat, found {api!r}")
+        self.api = api
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL", "http://localhost:8000/v1")).rstrip("/")
         key = api_key or os.environ.get(api_key_env)
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -89,11 +95,34 @@ class OpenAIBackend:
                                     "base_url?") from None
         raise AssertionError("unreachable")
 
+    def check_reachable(self, role: str) -> None:
+        """Fail now, naming the endpoint, when it cannot be reached or refuses this client (a wrong key): one
+        ``GET /models`` (vLLM, OpenAI and ``medr2 serve`` all answer it), before any work depends on it."""
+        import requests
+
+        url = f"{self.base_url}/models"
+        try:
+            self.session.get(url, timeout=min(self.timeout, 30)).raise_for_status()
+        except requests.RequestException as exc:
+            reason = (f"HTTP {exc.response.status_code}: {exc.response.text[:200]}" if exc.response is not None
+                      else f"{type(exc).__name__}: {exc}")
+            raise EndpointError(f"role {role!r}: the OpenAI-compatible endpoint {url} (model {self.model!r}) cannot "
+                                f"be used: {reason}") from None
+
     def _complete(self, prompts: list[str], payload: dict, role: str) -> tuple[list[dict], dict]:
-        """Choices for ``prompts`` in order (``request_batch`` prompts a request, ``concurrency`` requests in
-        flight), and the summed usage."""
-        chunks = [prompts[i:i + self.request_batch] for i in range(0, len(prompts), self.request_batch)]
-        call = lambda chunk: self._post("completions", {"prompt": chunk, **payload}, role)  # noqa: E731
+        """Choices for ``prompts`` in order (``request_batch`` prompts a request — one under ``api: chat`` —,
+        ``concurrency`` requests in flight), and the summed usage. Chat choices come back as ``{"index", "text"}``."""
+        if self.api == "chat":
+            chunks = [[p] for p in prompts]
+
+            def call(chunk: list[str]) -> dict:
+                body = self._post("chat/completions", {"messages": [{"role": "user", "content": chunk[0]}],
+                                                       **payload}, role)
+                body["choices"] = [{"index": 0, "text": c["message"].get("content") or ""} for c in body["choices"][:1]]
+                return body
+        else:
+            chunks = [prompts[i:i + self.request_batch] for i in range(0, len(prompts), self.request_batch)]
+            call = lambda chunk: self._post("completions", {"prompt": chunk, **payload}, role)  # noqa: E731
         if len(chunks) == 1 or self.concurrency == 1:
             bodies = [call(c) for c in chunks]
         else:
@@ -122,6 +151,8 @@ class OpenAIBackend:
         return text if len(ids) <= max_tokens else self._tok.decode(ids[:max_tokens])
 
     def chat(self, user: str, system: str | None = None) -> str:
+        if self.api == "chat":  # the endpoint applies its own template: the prompt is the user message
+            return f"{system}\n\n{user}" if system else user
         if self._tok is not None and self._tok.chat_template:
             messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
             return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -135,6 +166,9 @@ class OpenAIBackend:
         return [cut_at_stop(c["text"], stop) for c in choices]
 
     def score(self, prompts: list[str], continuations: list[str], role: str = "score") -> list[tuple[float, int]]:
+        if self.api == "chat":
+            raise EndpointError(f"role {role!r}: {self.model!r} is served through chat completions (api: chat), which "
+                                "return no prompt log-probabilities: give this role a completions endpoint")
         choices, usage = self._complete([p + c for p, c in zip(prompts, continuations)],
                                         {"max_tokens": 0, "echo": True, "logprobs": 1, "temperature": 0.0}, role)
         out: list[tuple[float, int]] = []

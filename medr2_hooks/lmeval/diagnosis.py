@@ -5,7 +5,11 @@ numbered lines from 1, keeps the name before a trailing explanation (`` - ``, ``
 `` because``), drops repeats, and stops at five, at a gap in the numbering or at the first line that is not a
 list item. Fewer than five items are counted (``short_list``), none is ``invalid``; a list is never padded
 with guesses. Grades (:mod:`medr2_hooks.data.orphanet`): ``top1``/``top5`` count a grade-2 diagnosis at rank 1
-or within the first five; ``*_lenient`` also count a close hypernym (grade 1).
+or within the first five; ``*_lenient`` also count a close hypernym (grade 1; RareArena's "total" recall).
+
+The tasks have two filters over the same response: ``orphanet`` (the offline grade above, the lower bound) and
+``judge`` (the run's LLM judge, :mod:`medr2_hooks.lmeval.judge`, the headline when the run names one; without a
+judge that filter reports nothing), so lm-eval's table shows ``top5,judge`` beside ``top5,orphanet``.
 """
 
 from __future__ import annotations
@@ -54,6 +58,11 @@ def metrics(items: list[str], graded: list[int]) -> dict[str, float]:
     }
 
 
-def process_results(doc: dict, results: list[str]) -> dict[str, float]:
-    items = parse_list(results[0])
+def process_results(doc: dict, results: list) -> dict[str, float]:
+    from .judge import Judged, judged_metrics
+
+    got = results[0]
+    if isinstance(got, Judged):  # the judge filter's: nothing when the run names no judge
+        return {} if got.graded is None else judged_metrics(got.graded)
+    items = parse_list(got)
     return metrics(items, grades(doc, items))

@@ -31,21 +31,36 @@ def refuse_trained(benchmark: str, records: list[Record], trained_items: list[st
 
 
 def load_dataset(benchmark: str, source: str = "local", data_dir: str | None = None, subject: str | None = None,
-                 split: str | None = None, trained_items: list[str] | None = None, cases_file: str | dict | None = None, limit=None, **_lm_eval_metadata):
-    """``custom_dataset`` hook: ``DatasetDict(test=..., demos=...)`` of :meth:`Record.to_doc` rows."""
+                 split: str | None = None, trained_items: list[str] | None = None, cases_file: str | dict | None = None, limit=None,
+                 judge: dict | None = None, **_lm_eval_metadata):
+    """``custom_dataset`` hook: ``DatasetDict(test=..., demos=...)`` of :meth:`Record.to_doc` rows (free-text
+    rows carry the run's ``judge``, :func:`medr2_hooks.lmeval.judge.check_judge`)."""
     import datasets
+
+    extra = judge_field(benchmark, judge)
 
     pools = data.pools(benchmark, source=source, data_dir=data_dir, cases_file=cases_file)
     evaluated = select(pools.eval, subject, split)
     refuse_trained(benchmark, evaluated, trained_items, limit)
 
     def rows(records: list[Record]) -> list[dict]:
-        return [{**r.to_doc(), "benchmark": benchmark} for r in records]
+        return [{**r.to_doc(), "benchmark": benchmark, **extra} for r in records]
 
     return datasets.DatasetDict(
         test=datasets.Dataset.from_list(rows(evaluated)),
         demos=datasets.Dataset.from_list(rows(select(pools.demos, subject))),
     )
+
+
+def judge_field(benchmark: str, judge) -> dict:
+    """``{"judge": <spec JSON or "">}`` for free-text benchmarks (the judge filter reads it), ``{}`` otherwise;
+    a judge named for a benchmark scored by its options is an error."""
+    from .judge import check_judge, preflight
+
+    field = check_judge(benchmark, judge)
+    if field:
+        preflight(judge)  # before the target generates: a judge that cannot answer fails the run now
+    return {"judge": field} if data.BENCHMARKS[benchmark].style == "diagnosis" else {}
 
 
 def doc_to_text(doc: dict) -> str:

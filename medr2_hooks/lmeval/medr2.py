@@ -29,6 +29,7 @@ from ..fs import atomic_write_text
 from ..redact import redact
 from ..errors import Medr2Error
 from .prepass import PrepassSpec, distributed_rank, prepass_spec, read_packs, write_packs
+from .direct import judge_field
 
 log = logging.getLogger(__name__)
 RANK_WAIT_S = 7 * 24 * 3600  # ranks > 0 wait this long for rank 0's packs
@@ -37,16 +38,18 @@ RANK_WAIT_S = 7 * 24 * 3600  # ranks > 0 wait this long for rank 0's packs
 def load_dataset(**kwargs):
     import datasets
 
+    judge = kwargs.pop("judge", None)
     spec = prepass_spec(**kwargs)
+    extra = judge_field(spec.benchmark, judge)
     packs = packs_for(spec)
     rows = []
     for r, p in zip(spec.eval_records, packs):
         p = dict(p)
-        rows.append({**r.to_doc(), "benchmark": spec.benchmark, "prefix": p.pop("prefix"),
+        rows.append({**r.to_doc(), **extra, "benchmark": spec.benchmark, "prefix": p.pop("prefix"),
                      "reasoning": p.pop("reasoning", None) or "", "provenance": json.dumps(p, ensure_ascii=False)})
     prepared = len(rows)
     for r in spec.unprepared:  # counted by lm-eval (n-samples.original), never evaluated: see _prefix
-        rows.append({**r.to_doc(), "benchmark": spec.benchmark, "prefix": None, "reasoning": "",
+        rows.append({**r.to_doc(), **extra, "benchmark": spec.benchmark, "prefix": None, "reasoning": "",
                      "provenance": json.dumps({"unprepared": f"{spec.name}: first {prepared} items prepared"})})
     return datasets.DatasetDict(test=datasets.Dataset.from_list(rows))
 

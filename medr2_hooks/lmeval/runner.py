@@ -293,6 +293,8 @@ def run_eval(cfg: EvalConfig) -> dict:
     prepass = prepass_records(results.get("configs", {}))
     from ..evidence.scores import summarize
 
+    from .judge import judge_record
+
     evidence = summarize(prepass)  # tasks over a test collection: every stage scored against its gold evidence
 
     tracker = EvaluationTracker(output_path=str(out_dir))
@@ -321,6 +323,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         "n_samples": results.get("n-samples", {}),
         "subset": subsets(results.get("n-samples", {})),
         "evidence": evidence,
+        "judge": judge_record(samples),  # RareArena tasks graded by the run's LLM judge: its model, counts
     })
     atomic_write_text(out_dir / "run.json", json.dumps(record, indent=2, ensure_ascii=False, default=str))
 
@@ -342,11 +345,11 @@ def _samples_table(rows: list[dict]):
     import wandb
 
     metrics = sorted({k for row in rows for k in row.get("metrics", [])})
-    table = wandb.Table(columns=["doc_id", "id", "prompt", "target", "filtered_resps", *metrics])
+    table = wandb.Table(columns=["doc_id", "id", "filter", "prompt", "target", "filtered_resps", *metrics])
     for row in rows:
         args = row.get("arguments", {})
         first = next(iter(args.values()), {}) if isinstance(args, dict) else {}
-        table.add_data(row["doc_id"], row.get("doc", {}).get("id"), first.get("arg_0"), str(row.get("target")),
+        table.add_data(row["doc_id"], row.get("doc", {}).get("id"), row.get("filter"), first.get("arg_0"), str(row.get("target")),
                        json.dumps(row.get("filtered_resps"), default=str), *[row.get(m) for m in metrics])
     return table
 
