@@ -119,7 +119,7 @@ def test_one_yaml_and_one_command_give_every_methods_task(config_dir, capsys):
 
 
 def test_an_edited_question_changes_the_prepass_key(config_dir):
-    from medr2_hooks.lmeval.prepass import prepass_spec
+    from medr2_hooks.prepass.spec import prepass_spec
 
     rows = _rows()
     decl, _ = _write(config_dir, rows)

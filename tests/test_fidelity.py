@@ -63,7 +63,7 @@ def test_the_cot_joins_the_query_without_option_texts_or_letters():
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", [{}, {"method": "medr2_cot", "cot_in_first_query": True}])
 def test_no_option_text_reaches_any_retrieval_query_of_a_run(tmp_path, variant):
-    from medr2_hooks.lmeval.medr2 import prepare_records
+    from medr2_hooks.prepass.packs import prepare_records
 
     from pipeline_helpers import _pipeline
 
@@ -192,7 +192,7 @@ def test_table10_rows_search_the_same_retrievers(name):
     assert {r.metadata["method_override"].get("retrievers") for r in retrieval} == {None}
     assert {r.resolved["retrievers"] for r in retrieval} == {None}  # every index retriever, after the registry's
     # the Table 2 vanilla RAG task itself stays the paper's dense-only baseline
-    from medr2_hooks.lmeval.prepass import prepass_spec
+    from medr2_hooks.prepass.spec import prepass_spec
 
     assert prepass_spec(benchmark="medqa_usmle", method="vanilla_rag", limit=1).cfg.retrievers == ["dense"]
     spec = prepass_spec(benchmark="medqa_usmle", method="vanilla_rag",

@@ -23,7 +23,7 @@ def usmle():
 
 
 def test_refiner_keeps_exactly_the_documents_both_filters_accept(tmp_path, usmle):
-    from medr2_hooks.lmeval.medr2 import prepare_records
+    from medr2_hooks.prepass.packs import prepare_records
     from medr2_hooks.pipeline import llm_amt
 
     log: list = []
@@ -62,7 +62,7 @@ def test_refiner_keeps_exactly_the_documents_both_filters_accept(tmp_path, usmle
 
 
 def test_relevance_filter_shares_the_med_r2_coarse_cache(tmp_path, usmle):
-    from medr2_hooks.lmeval.medr2 import prepare_records
+    from medr2_hooks.prepass.packs import prepare_records
 
     from medr2_hooks.pipeline import llm_amt
 
@@ -79,7 +79,7 @@ def test_relevance_filter_shares_the_med_r2_coarse_cache(tmp_path, usmle):
 def test_llm_amt_reranks_with_the_coarse_reranker_before_its_llm_filters(tmp_path, usmle):
     """Issue 28.7: LLM-AMT's hybrid retriever reranks its union (with the coarse reranker Med-R² uses: the
     cross-encoder on GPUs) before the relevance and usefulness filters, which stay LLM judges."""
-    from medr2_hooks.lmeval.medr2 import prepare_records
+    from medr2_hooks.prepass.packs import prepare_records
 
     m = _pipeline(tmp_path, [], **AMT, coarse="cross_encoder", cross_encoder="/nonexistent/cross-encoder")
     with pytest.raises(OSError, match="nonexistent/cross-encoder"):
@@ -94,7 +94,8 @@ def test_llm_amt_reranks_with_the_coarse_reranker_before_its_llm_filters(tmp_pat
 
 
 def test_rejecting_every_document_leaves_the_reader_without_knowledge(tmp_path, usmle):
-    from medr2_hooks.lmeval.medr2 import doc_to_text, prepare_records
+    from medr2_hooks.lmeval.medr2 import doc_to_text
+    from medr2_hooks.prepass.packs import prepare_records
 
     packs, record = prepare_records(_pipeline(tmp_path, [], **AMT, relevance_threshold=1.0), "medqa_usmle", usmle, [])
     assert record["counts"]["all_knowledge_filtered"] == len(usmle)

@@ -62,7 +62,7 @@ def usmle():
 
 
 def test_prepass_records_provenance_caches_and_never_sees_the_gold(tmp_path, usmle):
-    from medr2_hooks.lmeval.medr2 import prepare_records
+    from medr2_hooks.prepass.packs import prepare_records
 
     records, demos = usmle
     first_log: list = []
@@ -127,7 +127,7 @@ def test_prepass_records_provenance_caches_and_never_sees_the_gold(tmp_path, usm
 
 def test_pubmedqa_abstract_and_long_answer_reach_no_model(tmp_path, data_root):
     from medr2_hooks.data.readers import read_json
-    from medr2_hooks.lmeval.medr2 import prepare_records
+    from medr2_hooks.prepass.packs import prepare_records
 
     pools = data.pools("pubmedqa")
     records, demos = pools.eval[:1], pools.demos[:1]
@@ -141,7 +141,7 @@ def test_pubmedqa_abstract_and_long_answer_reach_no_model(tmp_path, data_root):
 
 
 def test_vanilla_rag_searches_the_raw_question_densely_and_calls_no_model(tmp_path, usmle):
-    from medr2_hooks.lmeval.medr2 import prepare_records
+    from medr2_hooks.prepass.packs import prepare_records
 
     records, demos = usmle
     log: list = []

@@ -34,7 +34,7 @@ def test_paper_configs_score_generatively_on_medcorp_with_candidates_beyond_the_
 
 
 def test_table9s_4k_cells_are_table2s_runs():
-    from medr2_hooks.lmeval.prepass import prepass_spec
+    from medr2_hooks.prepass.spec import prepass_spec
 
     t2 = {(r.model, r.method, r.benchmark): r for r in expand(load_experiment("table2")) if r.window == 4096}
     t9 = [r for r in expand(load_experiment("table9")) if r.window == 4096]
@@ -101,7 +101,7 @@ def test_cots_end_at_the_end_of_the_turn_not_at_a_blank_line():
 
 # -- no silent tiny roles -----------------------------------------------------------------------------------------
 def test_a_gpu_target_behind_embedded_roles_is_an_error_where_the_prepass_starts(data_root):
-    from medr2_hooks.lmeval.prepass import prepass_spec, target_from_argv
+    from medr2_hooks.prepass.spec import prepass_spec, target_from_argv
 
     with pytest.raises(ConfigError, match=r"the target meta-llama/Llama-3.1-8B-Instruct is not an embedded model, "
                                           r"but role classifier \(embedded:gemma-270m\).*index textbooks_demo"):

@@ -18,13 +18,19 @@ from pipeline_helpers import TINY
 
 pytestmark = pytest.mark.slow
 
-# one prompt per forward pass: a model call's result then does not depend on its batch (see lmeval/prepare.py)
+# one prompt per forward pass: a model call's result then does not depend on its batch (see prepass/prepare.py)
 ONE_BY_ONE = {**TINY, "llm": {"backend": "hf", "model": "embedded:gemma-270m", "batch_size": 1}}
 TASK = "medqa_usmle_medr2"
 
 
 def _metadata(limit: int = 3, **override) -> dict:
     return {"limit": limit, "method_override": {**ONE_BY_ONE, **override}}
+
+
+def _hooks(limit: int = 3, **override) -> dict:
+    from medr2_hooks.lmeval.registry import task_hook_kwargs
+
+    return task_hook_kwargs([TASK], _metadata(limit, **override))
 
 
 @pytest.fixture
@@ -50,17 +56,17 @@ def own_cache(tmp_path, monkeypatch):
 
 
 def _hook_kwargs(metadata: dict) -> dict:
-    from medr2_hooks.lmeval.prepass import task_hook_kwargs
+    from medr2_hooks.lmeval.registry import task_hook_kwargs
 
     return task_hook_kwargs([TASK], metadata)[TASK]
 
 
 def test_prepared_packs_reach_the_hook_without_a_model_call(own_cache, monkeypatch):
     from medr2_hooks.lmeval import medr2 as hook
-    from medr2_hooks.lmeval.prepare import prepare_tasks
+    from medr2_hooks.prepass.prepare import prepare_tasks
 
     own_cache("single")
-    out = prepare_tasks([TASK], _metadata(limit=2), log=lambda *_: None)[TASK]
+    out = prepare_tasks(_hooks(limit=2), log=lambda *_: None)[TASK]
     assert out["items"] == 2 and out["model_calls"] > 0 and Path(out["packs"]).is_file()
     assert out["sha256"] == __import__("hashlib").sha256(Path(out["packs"]).read_bytes()).hexdigest()
     record = json.loads(Path(out["record"]).read_text())
@@ -78,7 +84,7 @@ def test_prepared_packs_reach_the_hook_without_a_model_call(own_cache, monkeypat
         hook.doc_to_text(rows[2])  # lm-eval asked for more items than the metadata's limit: never without evidence
 
     # a second prepare reuses the packs
-    assert prepare_tasks([TASK], _metadata(limit=2), log=lambda *_: None)[TASK]["reused"] is True
+    assert prepare_tasks(_hooks(limit=2), log=lambda *_: None)[TASK]["reused"] is True
 
 
 def test_a_full_run_never_evaluates_a_prepared_subset(own_cache, monkeypatch):
@@ -86,17 +92,18 @@ def test_a_full_run_never_evaluates_a_prepared_subset(own_cache, monkeypatch):
     pointer to the 2 prepared items and lm-eval reported a 2-item score as the benchmark's. Now a run that does not
     ask for the subset (metadata limit) prepares the whole benchmark."""
     from medr2_hooks.lmeval import medr2 as hook
-    from medr2_hooks.lmeval.prepare import prepare_tasks
+    from medr2_hooks.prepass import packs as made
+    from medr2_hooks.prepass.prepare import prepare_tasks
 
     own_cache("subset")
-    prepare_tasks([TASK], _metadata(limit=2), log=lambda *_: None)
+    prepare_tasks(_hooks(limit=2), log=lambda *_: None)
     asked = []
 
     def prepass(spec, *args, **kwargs):  # the full pre-pass (2,535 items) is not run here: what it was asked for
         asked.append(len(spec.eval_records))
         raise RuntimeError("full pre-pass")
 
-    monkeypatch.setattr(hook, "run_prepass", prepass)
+    monkeypatch.setattr(made, "run_prepass", prepass)
     with pytest.raises(RuntimeError, match="full pre-pass"):
         hook.load_dataset(**_hook_kwargs({"method_override": ONE_BY_ONE}))
     assert asked == [2535]
@@ -110,10 +117,10 @@ def test_hand_edited_packs_are_refused(own_cache):
 
     from medr2_hooks.errors import DataError
     from medr2_hooks.lmeval import medr2 as hook
-    from medr2_hooks.lmeval.prepare import prepare_tasks
+    from medr2_hooks.prepass.prepare import prepare_tasks
 
     own_cache("tamper")
-    out = prepare_tasks([TASK], _metadata(limit=1), log=lambda *_: None)[TASK]
+    out = prepare_tasks(_hooks(limit=1), log=lambda *_: None)[TASK]
     path = Path(out["packs"])
     stored = json.loads(path.read_text())
     stored["packs"][0]["prefix"] = "Evidence:\n[1] The correct answer is always D.\n\n"
@@ -125,29 +132,29 @@ def test_hand_edited_packs_are_refused(own_cache):
                                             .encode()).hexdigest()
     path.write_text(json.dumps(stored, ensure_ascii=False, sort_keys=True))
     with pytest.raises(DataError, match="do not match the sha256 their pre-pass record"):
-        prepare_tasks([TASK], _metadata(limit=1), log=lambda *_: None)
+        prepare_tasks(_hooks(limit=1), log=lambda *_: None)
 
 
 def test_shards_in_any_order_and_ray_workers_assemble_the_same_packs(own_cache):
-    from medr2_hooks.lmeval.prepare import Shard, prepare_tasks
+    from medr2_hooks.prepass.prepare import Shard, prepare_tasks
 
     quiet = lambda *_: None  # noqa: E731
     own_cache("unsharded")
     started = time.perf_counter()
-    whole = prepare_tasks([TASK], _metadata(), log=quiet)[TASK]
+    whole = prepare_tasks(_hooks(), log=quiet)[TASK]
     unsharded_s = time.perf_counter() - started
     reference = Path(whole["packs"]).read_bytes()
 
     cache = own_cache("sharded")
     started = time.perf_counter()
     for i in (1, 0):  # any order
-        part = prepare_tasks([TASK], _metadata(), Shard(i, 2), log=quiet)[TASK]
+        part = prepare_tasks(_hooks(), Shard(i, 2), log=quiet)[TASK]
         assert part["shard"] == f"{i}/2" and part["record"].endswith(f".shard-{i}of2.json")
         assert part["items"] == len(range(i, 3, 2)) and Path(part["record"]).is_file()
     # each shard wrote only its own segment of the stage cache (shards may run on different nodes)
     segments = cache / "stages.sqlite.segments"
     assert not (cache / "stages.sqlite").exists() and len(list(segments.glob("*.sqlite"))) == 2
-    assembled = prepare_tasks([TASK], _metadata(), log=quiet)[TASK]
+    assembled = prepare_tasks(_hooks(), log=quiet)[TASK]
     assert not list(segments.glob("*.sqlite"))  # merged into the main file
     sharded_s = time.perf_counter() - started
     assert assembled["model_calls"] == 0  # assembly only reads the cache
@@ -181,18 +188,18 @@ def test_shards_in_any_order_and_ray_workers_assemble_the_same_packs(own_cache):
 def test_a_shard_refuses_to_build_a_missing_index(tmp_path, monkeypatch):
     """n array tasks would each build it at once into one folder: the index is built before the shards."""
     from medr2_hooks.errors import Medr2Error
-    from medr2_hooks.lmeval.prepare import Shard, prepare_tasks
+    from medr2_hooks.prepass.prepare import Shard, prepare_tasks
 
     monkeypatch.setenv("MEDR2_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path / "results"))
     with pytest.raises(Medr2Error, match=r"index 'textbooks_demo' is not built .*medr2 index build textbooks_demo"):
-        prepare_tasks([TASK], _metadata(), Shard(1, 2), log=lambda *_: None)
+        prepare_tasks(_hooks(), Shard(1, 2), log=lambda *_: None)
     assert not (tmp_path / "cache" / "indexes").exists()
 
 
 def test_ranks_above_zero_wait_for_rank_zeros_packs(own_cache, monkeypatch):
-    from medr2_hooks.lmeval import medr2 as hook
-    from medr2_hooks.lmeval.prepass import prepass_spec
+    from medr2_hooks.prepass import packs as hook
+    from medr2_hooks.prepass.spec import prepass_spec
 
     own_cache("ranks")
     spec = prepass_spec(benchmark="medqa_usmle", method="vanilla_rag", limit=2)

@@ -115,7 +115,7 @@ def test_stage_cache_stays_consistent_under_three_concurrent_writers(tmp_path):
 
 
 def test_prepass_records_are_named_by_their_content(data_root):
-    from medr2_hooks.lmeval.prepass import prepass_spec
+    from medr2_hooks.prepass.spec import prepass_spec
     from medr2_hooks.lmeval.runner import prepass_records
 
     method, small_window = "vanilla_rag", {"window": 1024}
@@ -406,7 +406,7 @@ def test_json_output_parses_whatever_libraries_print(tmp_path):
 # -- end to end: a run's folder, records and files -----------------------------------------------------------------
 @pytest.mark.slow
 def test_a_run_records_its_own_prepass_and_no_credential_anywhere(tmp_path, monkeypatch):
-    from medr2_hooks.lmeval.prepass import prepass_spec
+    from medr2_hooks.prepass.spec import prepass_spec
     from medr2_hooks.lmeval.runner import EvalConfig, run_eval
     from medr2_hooks.retrieve.build import ensure_index
 

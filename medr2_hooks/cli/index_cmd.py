@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         if args.corpus_only:
             build_corpus(recipe, index_dir(recipe.name) / "corpus")
         elif args.shard:
-            from ..lmeval.prepare import Shard
+            from ..prepass.prepare import Shard
 
             shard = Shard.parse(args.shard)
             build_part(recipe, (shard.index, shard.count), resources=resources)

@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..config import parse_json_object
     from ..errors import Medr2Error
-    from ..lmeval.prepare import Shard, prepare_tasks, prepare_with_ray
+    from ..lmeval.registry import task_hook_kwargs
+    from ..prepass.prepare import Shard, prepare_tasks, prepare_with_ray
 
     metadata = parse_json_object(args.metadata, "--metadata")
     if args.limit is not None:
@@ -41,12 +42,16 @@ def run(args: argparse.Namespace) -> int:
             raise Medr2Error(f"--limit must be >= 1, found {args.limit}")
         metadata["limit"] = args.limit
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if args.ray is not None and args.shard:
+        raise Medr2Error("--ray places the shards itself: give --shard or --ray, not both")
+    shard = Shard.parse(args.shard) if args.shard else None
+    hooks = task_hook_kwargs(tasks, metadata)  # lm-eval's own merge of each task's YAML and --metadata
+    if not hooks:
+        raise Medr2Error(f"none of {', '.join(tasks)} has a pre-pass (direct tasks need none)")
     if args.ray is not None:
-        if args.shard:
-            raise Medr2Error("--ray places the shards itself: give --shard or --ray, not both")
-        out = prepare_with_ray(tasks, metadata, args.workers, args.ray or None)
+        out = prepare_with_ray(hooks, args.workers, args.ray or None)
     else:
-        out = prepare_tasks(tasks, metadata, Shard.parse(args.shard) if args.shard else None)
+        out = prepare_tasks(hooks, shard)
     if args.json:
         emit_json(args, out)
     return 0

@@ -11,23 +11,7 @@ from __future__ import annotations
 from .. import data
 from ..apply import prompts
 from ..data.record import Record
-from ..errors import DataError
-
-
-def select(records: list[Record], subject: str | None = None, split: str | None = None) -> list[Record]:
-    return [r for r in records if (subject is None or r.meta.get("subject") == subject)
-            and (split is None or r.meta.get("split") == split)]
-
-
-def refuse_trained(benchmark: str, records: list[Record], trained_items: list[str] | None, limit=None) -> None:
-    """Error when an evaluated record (the first ``limit``, lm-eval's slice) is among the trained items."""
-    if not trained_items:
-        return
-    evaluated = records[: int(limit)] if limit and float(limit) >= 1 else records
-    both = sorted({f"{benchmark}:{r.id}" for r in evaluated} & set(trained_items))
-    if both:
-        raise DataError(f"{benchmark}: the model was fine-tuned on {len(both)} of the evaluated items "
-                        f"(e.g. {', '.join(both[:3])}); evaluate a disjoint slice (e.g. --metadata '{{\"split\": \"test\"}}')")
+from ..data.select import refuse_trained, select
 
 
 def load_dataset(benchmark: str, source: str = "local", data_dir: str | None = None, subject: str | None = None,
@@ -60,7 +44,7 @@ def judge_field(benchmark: str, judge) -> dict:
     field = check_judge(benchmark, judge)
     if field:
         preflight(judge)  # before the target generates: a judge that cannot answer fails the run now
-    return {"judge": field} if data.BENCHMARKS[benchmark].style == "diagnosis" else {}
+    return {"judge": field} if data.benchmark(benchmark).style == "diagnosis" else {}
 
 
 def doc_to_text(doc: dict) -> str:

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..data import BENCHMARKS, orphanet
+from ..data import benchmark as benchmark_of, orphanet
 from ..config import ConfigError
 from ..errors import DataError
 from ..fs import atomic_write_text
@@ -47,7 +47,7 @@ def check_judge(benchmark: str, judge) -> str:
         check_spec(judge, "metadata judge")
     except ValueError as err:
         raise ConfigError(f"{benchmark}: {err}") from None
-    if BENCHMARKS[benchmark].style != "diagnosis":
+    if benchmark_of(benchmark).style != "diagnosis":
         raise ConfigError(f"{benchmark}: metadata judge grades free-text diagnosis lists (RareArena); this benchmark "
                           "is scored by its options")
     if any(k in judge for k in ("api_key", "token")):

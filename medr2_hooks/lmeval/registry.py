@@ -1,4 +1,5 @@
-"""The lm-eval TaskManager over this repository's ``tasks/`` folder, and task-name validation."""
+"""The lm-eval TaskManager over this repository's ``tasks/`` folder, task-name validation, and which tasks have a
+pre-pass (with the keyword arguments their dataset hook will get)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 from functools import lru_cache
 
 from ..errors import UnknownNameError
+
+HOOK = "medr2_hooks.lmeval.medr2.load_dataset"  # the retrieval tasks' dataset hook: these tasks have a pre-pass
 
 
 def task_manager(include_defaults: bool = False, metadata: dict | None = None):
@@ -42,3 +45,27 @@ def check_tasks(names: list[str], metadata: dict | None = None):
     if unknown:
         raise UnknownNameError("task", unknown[0], ours.all_tasks)
     return full
+
+
+def task_hook_kwargs(names: list[str], metadata: dict | None = None) -> dict[str, dict]:
+    """For every retrieval task among ``names`` (groups expanded): the keyword arguments lm-eval will give its
+    dataset hook, built by lm-eval's own config loader (YAML includes, ``--metadata`` merged as lm-eval does)."""
+    from .compat import full_task_config
+
+    manager = check_tasks(names, metadata)
+    out: dict[str, dict] = {}
+
+    def visit(name: str) -> None:
+        cfg = full_task_config(manager, name)
+        members = cfg.get("task")
+        if "group" in cfg and isinstance(members, list):
+            for member in members:
+                visit(member if isinstance(member, str) else member["task"])
+            return
+        hook = cfg.get("custom_dataset")
+        if hook is not None and f"{getattr(hook, '__module__', '')}.{getattr(hook, '__name__', '')}" == HOOK:
+            out[name] = {**(cfg.get("metadata") or {}), **(cfg.get("dataset_kwargs") or {})}
+
+    for name in names:
+        visit(name)
+    return out

@@ -156,9 +156,8 @@ def default_run_name(tasks: list[str], model: str) -> str:
 def prepass_records(configs: dict) -> dict:
     """The pre-pass record of each retrieval task in lm-eval's ``results["configs"]``, found by the content
     that determines it (benchmark, subject, resolved method config, items), never by file times."""
-    from .prepass import prepass_spec
-
     from .. import methods
+    from ..prepass.spec import prepass_spec
 
     out = {}
     for task, tcfg in configs.items():
@@ -185,7 +184,7 @@ def prepare_in_subprocess(tasks: list[str], metadata: dict) -> dict:
     import sys
 
     from ..procs import die_with_parent
-    from .prepass import task_hook_kwargs
+    from .registry import task_hook_kwargs
 
     retrieval = list(task_hook_kwargs(tasks, metadata))
     if not retrieval:

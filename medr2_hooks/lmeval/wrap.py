@@ -39,8 +39,7 @@ def known_mapping(task: str, cfg: dict) -> dict | None:
 
 def builtin_config(task: str) -> tuple[dict, str]:
     """The built-in task's merged YAML (functions unresolved) and its path."""
-    from lm_eval.tasks._yaml_loader import load_yaml as lm_load_yaml
-
+    from .compat import raw_task_yaml
     from .registry import task_manager
 
     manager = task_manager(include_defaults=True)
@@ -51,7 +50,7 @@ def builtin_config(task: str) -> tuple[dict, str]:
     path = manager.task_index[task].yaml_path
     if path is None:
         raise ConfigError(f"{task} is not defined by a YAML file; it cannot be wrapped")
-    cfg = lm_load_yaml(path, resolve_func=False, recursive=True)
+    cfg = raw_task_yaml(path)
     if cfg.get("output_type") != "multiple_choice":
         raise ConfigError(f"{task}: output_type {cfg.get('output_type')!r}; only multiple_choice tasks can be wrapped")
     return cfg, str(path)
@@ -98,8 +97,8 @@ def load_dataset(benchmark: str, wrap_method: str, description: str = "", test_s
 
 
 def _prefixes(benchmark: str, method: str, limit, override: dict | None, n: int) -> list[str]:
-    from .medr2 import packs_for
-    from .prepass import prepass_spec
+    from ..prepass.packs import packs_for
+    from ..prepass.spec import prepass_spec
 
     spec = prepass_spec(benchmark, method=method, limit=limit, method_override=override or {})
     packs = packs_for(spec)

@@ -1,7 +1,7 @@
 """``medr2 prepare``: the pre-pass of retrieval tasks as its own stage, before any target model loads.
 
 Each task's pre-pass runs to completion (every stage cached), its packs are written as an artifact named by
-their content (:mod:`.prepass`), and the process exits, releasing every role model. The lm-eval hook then
+their content (:mod:`.packs`), and the process exits, releasing every role model. The lm-eval hook then
 only reads the packs.
 
 Sharding runs on existing engines: ``--shard i/n`` (0 <= i < n) prepares items ``i, i+n, …`` of every task's
@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass
 
 from ..errors import Medr2Error
-from .prepass import prepass_spec, read_packs, task_hook_kwargs
+from .packs import read_packs, run_prepass
+from .spec import prepass_spec
 
 # settings every worker needs to see the same data, cache and results as the driver
 SHARED_ENV = ("MEDR2_DATA_DIR", "MEDR2_CACHE_DIR", "MEDR2_RESULTS_DIR", "HF_HUB_OFFLINE", "HF_HOME",
@@ -52,15 +53,15 @@ class Shard:
         return f"{self.index}/{self.count}"
 
 
-def prepare_tasks(tasks: list[str], metadata: dict | None = None, shard: Shard | None = None, log=print) -> dict:
-    """Prepare every retrieval task among ``tasks``; per task, what was written (packs path and sha256, record)."""
+def prepare_tasks(hooks: dict[str, dict], shard: Shard | None = None, log=print) -> dict:
+    """Prepare every task of ``hooks`` (task name -> the keyword arguments lm-eval gives its dataset hook:
+    :func:`medr2_hooks.lmeval.registry.task_hook_kwargs`); per task, what was written (packs path and sha256,
+    record)."""
     from ..cache import StageCache, stable_hash
     from ..retrieve.build import ensure_index, index_dir
-    from .medr2 import run_prepass
 
-    hooks = task_hook_kwargs(tasks, metadata)
     if not hooks:
-        raise Medr2Error(f"none of {', '.join(tasks)} has a pre-pass (direct tasks need none)")
+        raise Medr2Error("no task to prepare: none of the tasks has a pre-pass (direct tasks need none)")
     if shard is None:
         main = StageCache()
         merged = main.merge_segments()
@@ -69,7 +70,7 @@ def prepare_tasks(tasks: list[str], metadata: dict | None = None, shard: Shard |
             log(f"stage cache: merged {merged} rows of shard segments")
         cache = None
     else:  # named by the job, so a re-run of the same shard resumes from its own segment
-        cache = StageCache(segment=f"{stable_hash([sorted(tasks), metadata])[:16]}-shard-{shard.index}of{shard.count}")
+        cache = StageCache(segment=f"{stable_hash(hooks)[:16]}-shard-{shard.index}of{shard.count}")
     out = {}
     for task, kwargs in hooks.items():
         spec = prepass_spec(**kwargs)
@@ -133,19 +134,19 @@ def _roles_changed(spec, log) -> bool:
     return False
 
 
-def _ray_shard(tasks: list[str], metadata: dict | None, shard: Shard, env: dict) -> dict:
+def _ray_shard(hooks: dict[str, dict], shard: Shard, env: dict) -> dict:
     os.environ.update(env)
-    return prepare_tasks(tasks, metadata, shard, log=lambda *_: None)
+    return prepare_tasks(hooks, shard, log=lambda *_: None)
 
 
-def prepare_with_ray(tasks: list[str], metadata: dict | None, workers: int | None = None,
-                     address: str | None = None, log=print) -> dict:
+def prepare_with_ray(hooks: dict[str, dict], workers: int | None = None, address: str | None = None,
+                     log=print) -> dict:
     """One shard per Ray worker (a GPU each when the cluster has GPUs), then the assembly here."""
     import ray
 
     from ..retrieve.build import ensure_index
 
-    for kwargs in task_hook_kwargs(tasks, metadata).values():  # once, here, before the workers read them
+    for kwargs in hooks.values():  # once, here, before the workers read them
         ensure_index(prepass_spec(**kwargs).cfg.index, log=log)
     ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
              **({} if address else {"num_cpus": workers or os.cpu_count()}))
@@ -155,10 +156,10 @@ def prepare_with_ray(tasks: list[str], metadata: dict | None, workers: int | Non
         remote = ray.remote(num_gpus=1 if gpus else 0, num_cpus=1)(_ray_shard)
         env = {k: os.environ[k] for k in SHARED_ENV if k in os.environ}
         log(f"ray: {count} shards on {ray.cluster_resources()}")
-        shards = ray.get([remote.remote(tasks, metadata, Shard(i, count), env) for i in range(count)])
+        shards = ray.get([remote.remote(hooks, Shard(i, count), env) for i in range(count)])
     finally:
         ray.shutdown()
-    out = prepare_tasks(tasks, metadata, log=log)
+    out = prepare_tasks(hooks, log=log)
     for task in out:
         out[task]["shards"] = [s[task] for s in shards]
     return out

@@ -21,23 +21,21 @@ without it covers the whole benchmark, whatever a ``medr2 prepare --limit`` left
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
-import os
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from .. import data, methods, settings
 from ..cache import stable_hash
 from ..config import ConfigError
 from ..data.record import Record
-from ..fs import atomic_write_text, safe_component
+from ..fs import safe_component
 from ..pipeline.config import ROLES, MethodConfig
-from .direct import refuse_trained, select
+from ..data.select import refuse_trained, select
 
 log = logging.getLogger(__name__)
-HOOK = "medr2_hooks.lmeval.medr2.load_dataset"
 # how a role's requests travel, not what they compute: left out of the identity of a pre-pass
 TRANSPORT = ("concurrency", "request_batch", "max_retries", "backoff", "timeout", "api_key", "api_key_env")
 
@@ -173,13 +171,33 @@ def check_roles(cfg: MethodConfig, target: str | None, allow: bool, where: str) 
                       "target_tokenizer, or set --metadata '{\"allow_embedded_roles\": true}' to run them anyway")
 
 
-def prepass_spec(benchmark: str, method: str = "medr2", scoring: str = "letters", source: str = "local",
-                 data_dir: str | None = None, subject: str | None = None, limit: int | None = None,
-                 split: str | None = None, trained_items: list[str] | None = None,
-                 cases_file: str | dict | None = None, target: str | None = None,
-                 allow_embedded_roles: bool = False, **metadata) -> PrepassSpec:
+def prepass_spec(benchmark: str, **kwargs) -> PrepassSpec:
     """The pre-pass of a task from the keyword arguments lm-eval gives its ``custom_dataset`` hook (task
-    metadata merged with ``--metadata``, then ``dataset_kwargs``: benchmark, method name, scoring, subject)."""
+    metadata merged with ``--metadata``, then ``dataset_kwargs``: benchmark, method name, scoring, subject).
+
+    Built once per process for the same arguments and data folder: lm-eval's hook, the runner's record lookup
+    and ``medr2 prepare`` ask for the same spec, and a spec is immutable in use (a shard is a new one). A declared
+    benchmark's spec is built afresh each time (its file may change under the same arguments)."""
+    if not isinstance(benchmark, str) or data.benchmark(benchmark).declaration is not None:
+        return build_spec(benchmark, **kwargs)
+    try:
+        arguments = json.dumps({"benchmark": benchmark, **kwargs}, sort_keys=True)
+    except TypeError:  # not JSON (a caller's own object): nothing to key on
+        return build_spec(benchmark, **kwargs)
+    return _built(arguments, str(settings.data_dir()))
+
+
+@lru_cache(maxsize=64)
+def _built(arguments: str, _data_dir: str) -> PrepassSpec:
+    return build_spec(**json.loads(arguments))
+
+
+def build_spec(benchmark: str, method: str = "medr2", scoring: str = "letters", source: str = "local",
+               data_dir: str | None = None, subject: str | None = None, limit: int | None = None,
+               split: str | None = None, trained_items: list[str] | None = None,
+               cases_file: str | dict | None = None, target: str | None = None,
+               allow_embedded_roles: bool = False, **metadata) -> PrepassSpec:
+    """:func:`prepass_spec`, built now."""
     named = methods.method(method)
     if not named.retrieval:
         raise ConfigError(f"{benchmark}: method {method!r} has no pre-pass (retrieval methods: "
@@ -204,84 +222,3 @@ def prepass_spec(benchmark: str, method: str = "medr2", scoring: str = "letters"
     demos = pools.demos[: cfg.max_demos] if cfg.max_demos is not None else pools.demos
     return PrepassSpec(benchmark, subject, split, source, cfg, list(eval_records), list(demos), limited, scoring, rest,
                        roles_check)
-
-
-# -- packs: the artifact the hook reads ----------------------------------------------------------------------
-def _digest(packs: list[dict]) -> str:
-    return hashlib.sha256(json.dumps(packs, ensure_ascii=False, sort_keys=True).encode("utf-8")).hexdigest()
-
-
-def write_packs(spec: PrepassSpec, packs: list[dict]) -> tuple[Path, str]:
-    """Write the packs artifact atomically, with the sha256 of its packs; ``(path, sha256 of its bytes)``."""
-    path = spec.packs_path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"key": spec.key, "identity": spec.identity(), "packs": packs, "packs_sha256": _digest(packs)},
-                      ensure_ascii=False, sort_keys=True)
-    atomic_write_text(path, text)
-    return path, hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def read_packs(path: Path, spec: PrepassSpec) -> list[dict] | None:
-    """The packs of ``spec`` at ``path`` (None when absent, unreadable or made for other content). Packs whose
-    content does not match the sha256 written with them, or whose file does not match the sha256 the pre-pass
-    record of this results folder holds, are refused: a DataError naming the file."""
-    from ..errors import DataError
-
-    try:
-        raw = path.read_bytes()
-        stored = json.loads(raw.decode("utf-8"))
-    except FileNotFoundError:
-        return None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        log.warning("prepared packs %s are damaged: ignored (the pre-pass runs again)", path)
-        return None
-    if not isinstance(stored, dict) or stored.get("key") != spec.key or \
-            len(stored.get("packs") or []) != len(spec.eval_records):
-        return None
-    if stored.get("packs_sha256") != _digest(stored["packs"]):
-        raise DataError(f"prepared packs {path} do not match the sha256 written with them (edited by hand or "
-                        "damaged): delete the file and run `medr2 prepare` again")
-    recorded = _recorded_sha256(spec, path)
-    if recorded is not None and recorded != hashlib.sha256(raw).hexdigest():
-        raise DataError(f"prepared packs {path} do not match the sha256 their pre-pass record {spec.record_path} "
-                        "holds: delete the file and run `medr2 prepare` again")
-    return stored["packs"]
-
-
-def _recorded_sha256(spec: PrepassSpec, path: Path) -> str | None:
-    try:
-        packs = json.loads(spec.record_path.read_text(encoding="utf-8")).get("packs") or {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-        return None
-    return packs.get("sha256") if Path(packs.get("packs", "")) == path else None
-
-
-def distributed_rank() -> tuple[int, int]:
-    """``(rank, world size)`` under ``accelerate launch`` / ``torchrun`` (``(0, 1)`` otherwise)."""
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-
-
-# -- which tasks have a pre-pass ------------------------------------------------------------------------------
-def task_hook_kwargs(names: list[str], metadata: dict | None = None) -> dict[str, dict]:
-    """For every retrieval task among ``names`` (groups expanded): the keyword arguments lm-eval will give its
-    dataset hook, built by lm-eval's own config loader (YAML includes, ``--metadata`` merged as lm-eval does)."""
-    from .registry import check_tasks
-
-    manager = check_tasks(names, metadata)
-    out: dict[str, dict] = {}
-
-    def visit(name: str) -> None:
-        entry = manager.task_index[name]
-        cfg = manager._factory._load_full_config(entry)  # lm-eval's merge of includes and runtime metadata
-        members = cfg.get("task")
-        if "group" in cfg and isinstance(members, list):
-            for member in members:
-                visit(member if isinstance(member, str) else member["task"])
-            return
-        hook = cfg.get("custom_dataset")
-        if hook is not None and f"{getattr(hook, '__module__', '')}.{getattr(hook, '__name__', '')}" == HOOK:
-            out[name] = {**(cfg.get("metadata") or {}), **(cfg.get("dataset_kwargs") or {})}
-
-    for name in names:
-        visit(name)
-    return out
