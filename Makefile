@@ -12,13 +12,13 @@ export HF_HUB_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo test test-fast tasks bench clean-results
+.PHONY: install demo test test-fast lint tasks bench clean-results
 
 install: $(VENV)/.installed
 
 # extras: dev (pytest), sparse (pyserini + Java 21 for the Lucene backends) and cluster (Ray for sharded
 # pre-passes); their tests run in CI
-EXTRAS ?= dev,sparse,cluster
+EXTRAS ?= dev,sparse,cluster,reports
 
 $(VENV)/.installed: setup.cfg pyproject.toml constraints-cpu.txt
 	python3 -m venv $(VENV)
@@ -46,6 +46,10 @@ test: install
 
 test-fast: install
 	$(VENV)/bin/pytest -m "not slow"
+
+# ruff (pyproject.toml [tool.ruff]): pycodestyle and pyflakes rules, lines <= 120; CI runs it before the tests
+lint: install
+	$(VENV)/bin/ruff check .
 
 # The lm-eval task YAMLs under tasks/ are generated from the method registry (medr2_hooks/methods.py) and the
 # benchmark registry; tests/test_registry.py checks that the committed files are the generated ones.

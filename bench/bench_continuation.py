@@ -89,10 +89,12 @@ def main() -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"{'tokens':>7} {'ours s':>8} {'hf s':>8} {'s ratio':>8} {'ours MB':>8} {'hf MB':>8} {'MB ratio':>8} {'max |Δll|':>10}")
+    print(f"{'tokens':>7} {'ours s':>8} {'hf s':>8} {'s ratio':>8} {'ours MB':>8} {'hf MB':>8} {'MB ratio':>8} "
+          f"{'max |Δll|':>10}")
     for r in rows:
         o, h = r["ours"], r["hf"] or {}
-        print(f"{r['tokens']:>7} {o.get('seconds', 'fail')!s:>8} {h.get('seconds', '-')!s:>8} {r.get('seconds_ratio', '-')!s:>8} "
+        print(f"{r['tokens']:>7} {o.get('seconds', 'fail')!s:>8} {h.get('seconds', '-')!s:>8} "
+              f"{r.get('seconds_ratio', '-')!s:>8} "
               f"{o.get('peak_rss_mb', 'fail')!s:>8} {h.get('peak_rss_mb', '-')!s:>8} {r.get('rss_ratio', '-')!s:>8} "
               f"{r.get('max_abs_diff', '-')!s:>10}")
     return 0

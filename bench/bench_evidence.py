@@ -55,8 +55,9 @@ def main() -> int:
     texts = [queries[q] for q in judged]
     searcher = Searcher.open(args.index)
     n = len(searcher.passage_doc)
-    passages = [searcher.store.doc(int(searcher.passage_doc[p])).text[int(searcher.passage_start[p]):
-                                                                         int(searcher.passage_end[p])] for p in range(n)]
+    passages = [searcher.store.doc(int(searcher.passage_doc[p])).text[
+                int(searcher.passage_start[p]):int(searcher.passage_end[p])]
+                for p in range(n)]
     doc_ids = [searcher.store.doc(r).doc_id for r in range(int(searcher.passage_doc.max()) + 1)]
 
     started = time.perf_counter()

@@ -62,7 +62,8 @@ def main() -> int:
         ("doc_type", list(DOC_TYPES), doc_type_prompt, "Which kind of text is this?", "Kind of text"),
     ):
         t = time.perf_counter()
-        dists = {"names": label_distribution(backend, [names_prompt(question, labels, d, cue) for d in docs], labels, name)}
+        dists = {"names": label_distribution(backend, [names_prompt(question, labels, d, cue) for d in docs], labels,
+                                             name)}
         seconds = {"names": round(time.perf_counter() - t, 1)}
         for rule in ("letters", "token_mean"):
             t = time.perf_counter()
@@ -78,7 +79,8 @@ def main() -> int:
         argmax = {rule: d.argmax(1) for rule, d in dists.items()}
         report["decisions"][name] = {
             "labels": len(labels), "of": len(docs), "seconds": seconds,
-            "changed_vs_names": {rule: int((argmax[rule] != argmax["names"]).sum()) for rule in ("letters", "token_mean")},
+            "changed_vs_names": {rule: int((argmax[rule] != argmax["names"]).sum())
+                                 for rule in ("letters", "token_mean")},
             "mean_p_per_label_by_token_count": by_len,
             "argmax": {rule: dict(Counter(labels[i] for i in a).most_common()) for rule, a in argmax.items()},
         }

@@ -116,7 +116,8 @@ def bench_encoding(index: str, n: int, repeat: int) -> dict:
     raw = FlagModel(resolve(cfg["encoder"]), pooling_method=cfg["pooling"], normalize_embeddings=True, use_fp16=False,
                     devices="cpu", batch_size=cfg["batch_size"], passage_max_length=cfg["max_length"])
     t_ours = best_of(lambda: ours.encode_corpus(texts), repeat)
-    t_raw = best_of(lambda: raw.encode_corpus(texts, batch_size=cfg["batch_size"], max_length=cfg["max_length"]), repeat)
+    t_raw = best_of(lambda: raw.encode_corpus(texts, batch_size=cfg["batch_size"], max_length=cfg["max_length"]),
+                    repeat)
     return {"passages": n, "ours_per_s": n / t_ours, "raw_per_s": n / t_raw, "ratio": t_raw / t_ours}
 
 
@@ -159,7 +160,8 @@ def bench_million(n: int, dim: int, n_queries: int, k: int) -> dict:
     rng = np.random.default_rng(0)
     base = rng.standard_normal((n, dim), dtype=np.float32)
     base /= np.linalg.norm(base, axis=1, keepdims=True)
-    queries = base[rng.choice(n, n_queries, replace=False)] + 0.05 * rng.standard_normal((n_queries, dim), dtype=np.float32)
+    noise = rng.standard_normal((n_queries, dim), dtype=np.float32)
+    queries = base[rng.choice(n, n_queries, replace=False)] + 0.05 * noise
     out = {"vectors": n, "dim": dim, "queries": n_queries, "raw_vectors_mb": base.nbytes / 2**20}
     for factory, nprobe in (("Flat", None), ("IVF1024,PQ48", 16)):
         before = rss_mb()
@@ -219,24 +221,33 @@ def main() -> None:
     if "search" in results:
         s = results["search"]
         b = s["bm25"]
-        print(f"index {s['index']}: {s['passages']} passages, {s['queries']} queries, k={s['k']}, FAISS threads {s['faiss_threads']}")
+        print(f"index {s['index']}: {s['passages']} passages, {s['queries']} queries, k={s['k']}, FAISS threads "
+              f"{s['faiss_threads']}")
         if "dense" in s:
-            print(f"dense search  ours {s['dense']['ours_qps']:9.1f} q/s  raw faiss {s['dense']['raw_qps']:9.1f} q/s  ratio {s['dense']['ratio']:.2f}x (goal >= 0.8)")
-        print(f"bm25 search   ours {b['ours_qps']:9.1f} q/s  raw bm25s {b['raw_qps']:9.1f} q/s  ratio {b['ratio']:.2f}x (goal >= 1.0), "
-              f"identical top-k: {b['identical_top_k']}; raw bm25s numba backend {b['raw_numba_qps']:.1f} q/s: ratio {b['ratio_vs_raw_numba']:.2f}x")
+            print(f"dense search  ours {s['dense']['ours_qps']:9.1f} q/s  raw faiss {s['dense']['raw_qps']:9.1f} q/s  "
+                  f"ratio {s['dense']['ratio']:.2f}x (goal >= 0.8)")
+        print(f"bm25 search   ours {b['ours_qps']:9.1f} q/s  raw bm25s {b['raw_qps']:9.1f} q/s  ratio "
+              f"{b['ratio']:.2f}x "
+              "(goal >= 1.0), "
+              f"identical top-k: {b['identical_top_k']}; raw bm25s numba backend {b['raw_numba_qps']:.1f} q/s: ratio "
+              f"{b['ratio_vs_raw_numba']:.2f}x")
     if "encoding" in results:
         e = results["encoding"]
-        print(f"encoding      ours {e['ours_per_s']:9.1f} p/s  raw FlagModel {e['raw_per_s']:5.1f} p/s  ratio {e['ratio']:.2f}x (goal >= 0.9)")
+        print(f"encoding      ours {e['ours_per_s']:9.1f} p/s  raw FlagModel {e['raw_per_s']:5.1f} p/s  ratio "
+              f"{e['ratio']:.2f}x (goal >= 0.9)")
     if "build_memory" in results:
         m = results["build_memory"]
-        print(f"build memory  peak RSS {m['peak_rss_mb']:.0f} MB vs index {m['index_mb']:.1f} MB + encoder with one batch "
-              f"{m['encoder_one_batch_mb']:.0f} MB: ratio {m['ratio']:.2f}x (goal <= 1.2); build {m['wall_s']:.0f} s {m['timings_s']}")
+        print(f"build memory  peak RSS {m['peak_rss_mb']:.0f} MB vs index {m['index_mb']:.1f} MB + encoder "
+              "with one batch "
+              f"{m['encoder_one_batch_mb']:.0f} MB: ratio {m['ratio']:.2f}x (goal <= 1.2); build {m['wall_s']:.0f} s "
+              f"{m['timings_s']}")
     if args.million:
         mm = results["million"]
         for factory in ("Flat", "IVF1024,PQ48"):
             r = mm[factory]
             print(f"1M x 384 {factory:<13} index {r['index_mb']:7.0f} MB, build {r['build_s']:6.1f} s, "
-                  f"{mm['queries']} queries in {r['batch_latency_ms']:7.1f} ms ({r['qps']:.0f} q/s), RSS +{r['rss_growth_mb']:.0f} MB")
+                  f"{mm['queries']} queries in {r['batch_latency_ms']:7.1f} ms ({r['qps']:.0f} q/s), RSS "
+                  f"+{r['rss_growth_mb']:.0f} MB")
     print(json.dumps(results, indent=1))
 
 

@@ -327,7 +327,8 @@ def main() -> int:
             raw = r.get("raw_bm25s_p50_s", r.get("raw_p50_s"))
             extra = (f"{r['p50_s']:.3f} s / {raw:.3f} s = {r['ratio_ours_over_raw']}x" if raw is not None
                      else f"{r['p50_s']:.3f} s (Lucene)")
-        print(f"{r['n']:>9} {r['stage']:<13} {r['seconds']:>9} {r['docs_per_s'] or '':>9} {r['peak_rss_mb']:>12} {r['peak_anon_mb']:>8}  {extra}")
+        print(f"{r['n']:>9} {r['stage']:<13} {r['seconds']:>9} {r['docs_per_s'] or '':>9} {r['peak_rss_mb']:>12} "
+              f"{r['peak_anon_mb']:>8}  {extra}")
     return 0
 
 

@@ -74,7 +74,8 @@ def main() -> int:
     print(f"coarse-rerank judge over {len(pairs)} pairs, {args.model} served by medr2 serve "
           f"({args.request_batch} prompts a request, server batch {args.server_batch})")
     for row in rows:
-        print(f"  concurrency {row['concurrency']:>2}: {row['seconds']:>7.2f} s  {row['tokens_per_s']:>8.1f} prompt tok/s  "
+        print(f"  concurrency {row['concurrency']:>2}: {row['seconds']:>7.2f} s  {row['tokens_per_s']:>8.1f} "
+              "prompt tok/s  "
               f"x{row['ratio']:.2f}  (max |score diff| {row['max_score_diff_vs_first']:.1e})")
     return 0
 

@@ -180,5 +180,6 @@ def parse_json_object(text: str, flag: str) -> dict:
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{flag}: not valid JSON ({exc.msg} at character {exc.pos}): {text!r}") from None
     if not isinstance(value, dict):
-        raise ConfigError(f"{flag}: expected a JSON object such as '{{\"limit\": 5}}', found {type(value).__name__}: {text!r}")
+        raise ConfigError(f"{flag}: expected a JSON object such as '{{\"limit\": 5}}', found "
+                          f"{type(value).__name__}: {text!r}")
     return value

@@ -36,7 +36,8 @@ def _pipeline(tmp_path, log, **overrides):
     pool = BackendPool()
     get = pool.get
     pool.get = lambda spec: Recorder(get(spec), log)
-    searcher = Searcher.open(ensure_index("textbooks_demo"), retrievers=tuple(overrides.get("retrievers") or ()) or None)
+    searcher = Searcher.open(ensure_index("textbooks_demo"), retrievers=tuple(overrides.get("retrievers") or ())
+                             or None)
     search = searcher.search
     searcher.search = lambda queries, **kw: (log.append(("search", json.dumps(queries))), search(queries, **kw))[1]
     cfg = MethodConfig.from_dict({**TINY, **overrides})

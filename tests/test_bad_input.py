@@ -41,7 +41,8 @@ def test_cli_unknown_benchmark_exits_2_with_list(capsys):
     assert main(["data", "info", "nope"]) == 2
     assert ("valid benchmarks: bioasq_yn, medmcqa, medqa_mcmle, medqa_usmle, medxpertqa, "
             "medxpertqa_sampled, mirage_bioasq, mirage_medmcqa, "
-            "mirage_medqa, mirage_mmlu, mirage_pubmedqa, mmlu_med, nejmqa, pubmedqa, rarearena_rdc, rarearena_rds") in capsys.readouterr().err
+            "mirage_medqa, mirage_mmlu, mirage_pubmedqa, mmlu_med, nejmqa, pubmedqa, rarearena_rdc, rarearena_rds") \
+        in capsys.readouterr().err
 
 
 def test_missing_file_names_path_setting_and_hub(tmp_path):

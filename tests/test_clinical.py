@@ -65,7 +65,8 @@ def test_agentclinic_cases_without_exactly_one_correct_answer_are_errors(tmp_pat
 
     folder = tmp_path / "clinical_cases" / "agentclinic_nejm"
     folder.mkdir(parents=True)
-    row = {"question": "q", "physical_exams": "e", "answers": [{"text": "a", "correct": True}, {"text": "b", "correct": True}]}
+    row = {"question": "q", "physical_exams": "e",
+           "answers": [{"text": "a", "correct": True}, {"text": "b", "correct": True}]}
     (folder / "agentclinic_nejm_extended.jsonl").write_text(json.dumps(row) + "\n")
     with pytest.raises(RowError, match="exactly one correct answer, found 2"):
         nejmqa.load(tmp_path)
@@ -113,7 +114,8 @@ def test_orphanet_grading_broad_parents_and_ids():
     from medr2_hooks.data import orphanet
 
     tree = orphanet.load()
-    assert tree.grade("Rare developmental defect with connective tissue involvement", "Marfan syndrome", "558") == 0  # 45
+    assert tree.grade("Rare developmental defect with connective tissue involvement", "Marfan syndrome",
+                      "558") == 0  # 45
     assert tree.grade("Marfan syndrome and Marfan-related disorders", "Marfan syndrome", "558") == 1  # 10 diseases
     assert tree.grade("Marfan syndrome", "Marfan syndrome (MFS)", "558") == 2  # same Orpha id, other wording
     assert tree.grade("Wilson disease", "Wilson's disease", None, "") == 2

@@ -104,7 +104,8 @@ def test_one_yaml_and_one_command_give_every_methods_task(config_dir, capsys):
     assert main(["tasks", "path"]) == 0
     folder = capsys.readouterr().out.strip()
     plain = TaskManager(include_path=folder, include_defaults=False)
-    assert {"my_usmle_medr2", "my_usmle_ablation_qr_gen", "medqa_usmle_medr2", "medr2_qa_direct"} <= set(plain.all_tasks)
+    assert {"my_usmle_medr2", "my_usmle_ablation_qr_gen", "medqa_usmle_medr2",
+            "medr2_qa_direct"} <= set(plain.all_tasks)
     plain_task = plain.load(["my_usmle_direct"])["tasks"]["my_usmle_direct"]
     assert plain_task.fewshot_context(list(plain_task.test_docs())[0], 0) == prompt
 

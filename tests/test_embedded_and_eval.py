@@ -93,4 +93,5 @@ def test_generative_variant_reports_invalid_rate(results_dir, gemma_path):
     assert metrics["invalid,none"] in (0.0, 0.5, 1.0)
     assert metrics["acc,none"] <= 1.0 - metrics["invalid,none"]
     for row in results["samples"]["medqa_usmle_direct_gen"]:
-        assert row["arguments"]["gen_args_0"]["arg_0"].endswith("Let's think step by step, then finish with \"the answer is (X)\".")
+        prompt = row["arguments"]["gen_args_0"]["arg_0"]
+        assert prompt.endswith("Let's think step by step, then finish with \"the answer is (X)\".")

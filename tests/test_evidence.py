@@ -139,11 +139,13 @@ def test_each_stage_of_a_run_over_the_gold_collection_is_scored(tmp_path, monkey
         by_hand = score(packed, qrels, judged)
         for measure in ("R@10", "nDCG@10", "Success@1000"):
             assert got["stages"]["packed"][measure] == pytest.approx(sum(by_hand[measure].values()) / 3, abs=1e-4)
-    assert "fine.final" in evidence["bioasq_yn_medr2"]["stages"] and "fine.final" not in evidence["bioasq_yn_vanilla_rag"]["stages"]
+    assert "fine.final" in evidence["bioasq_yn_medr2"]["stages"]
+    assert "fine.final" not in evidence["bioasq_yn_vanilla_rag"]["stages"]
     capsys.readouterr()  # the evaluation's own tables
     assert main(["evidence", str(tmp_path / "results" / "runs" / "gold"), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed["collection"] == "bioasq_gold" and {s["stage"] for s in printed["scores"]} >= {"packed", "fused.final"}
+    assert printed["collection"] == "bioasq_gold" and {s["stage"]
+                                                       for s in printed["scores"]} >= {"packed", "fused.final"}
     assert any(p["stage"] == "packed" and p["measure"] == "R@10" for p in printed["paired"])
 
 
@@ -171,6 +173,7 @@ def test_mirages_medrag_group_runs(tmp_path):
 def test_answer_text_in_the_evidence_is_a_labelled_weak_signal():
     from medr2_hooks.evidence.scores import answer_in_evidence
 
-    texts = {"q1": "Evidence:\n[1] Ceftriaxone inhibits cell wall synthesis.", "q2": "Evidence:\n[1] Aspirin.", "q3": ""}
+    texts = {"q1": "Evidence:\n[1] Ceftriaxone inhibits cell wall synthesis.", "q2": "Evidence:\n[1] Aspirin.",
+             "q3": ""}
     assert answer_in_evidence(texts, {"q1": "ceftriaxone", "q2": "Imatinib", "q3": "x"}) == \
         {"q1": 1.0, "q2": 0.0, "q3": 0.0}

@@ -38,7 +38,8 @@ def test_ablations_switch_stages_and_windows_of_a_model_run_together():
     runs = expand(load_experiment("table10_embedded"))
     by_method = {r.method: r for r in runs}
     assert by_method["ablation_qc"].task == "medqa_usmle_ablation_qc_gen"  # the registry's task: q and c on, r off
-    assert by_method["ablation_qc"].resolved["stages"] == ["classify", "reformulate", "retrieve", "cot", "loop", "apply"]
+    assert by_method["ablation_qc"].resolved["stages"] == ["classify", "reformulate", "retrieve", "cot",
+                                                           "loop", "apply"]
     assert by_method["ablation_qrc"].task == "medqa_usmle_ablation_qrc_gen" and by_method["direct"].metadata == {}
     assert by_method["vanilla_rag"].task == "medqa_usmle_vanilla_rag_gen"
     t9 = [r for r in expand(load_experiment("table9")) if r.model == "qwen2.5-14b" and r.benchmark == "pubmedqa"]
@@ -180,11 +181,13 @@ def test_report_marks_missing_cells_and_computes_paired_statistics(tmp_path, mon
     assert "| gemma-270m | 4096 | direct | generative | <u>40.00</u> | <u>40.00</u> |" in report
     assert "| gemma-270m | 4096 | ablation_q | generative | — | — |" in report  # missing, never invented
     stats = {s["method"]: s for s in json.loads((out / "stats.json").read_text())}
-    assert stats["ablation_qrc"]["diff"] == pytest.approx(40.0) and stats["ablation_qrc"]["mcnemar_p"] == pytest.approx(14 / 64)
+    assert stats["ablation_qrc"]["diff"] == pytest.approx(40.0)
+    assert stats["ablation_qrc"]["mcnemar_p"] == pytest.approx(14 / 64)
     assert "printed 56.34, cells give 56.39" in report
     assert (out / "methods.png").is_file() and (out / "accuracy_vs_cost.svg").is_file()
     rows = (out / "table.csv").read_text().splitlines()
-    assert rows[0] == "model,window,method,scoring,medqa_usmle,average" and "gemma-270m,4096,ablation_q,generative,," in rows
+    assert rows[0] == "model,window,method,scoring,medqa_usmle,average"
+    assert "gemma-270m,4096,ablation_q,generative,," in rows
     files = lambda: {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}  # noqa: E731
     first = files()
     render(exp)  # the same results give the same files, figures included (no dates, fixed SVG ids)
@@ -211,7 +214,8 @@ def test_the_committed_run_summaries_regenerate_the_report_and_resume_the_sweep(
     render(exp)
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == made
     executed = []
-    state = sweep(exp.name, runs, wandb=False, execute_run=lambda run, wandb: executed.append(run.name), log=lambda m: None)
+    state = sweep(exp.name, runs, wandb=False, execute_run=lambda run, wandb: executed.append(run.name),
+                  log=lambda m: None)
     assert executed == [r.name for r in runs[1:-1]]
     assert state["runs"][runs[0].name]["status"] == state["runs"][runs[-1].name]["status"] == "skipped"
 

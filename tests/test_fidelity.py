@@ -77,7 +77,8 @@ def test_no_option_text_reaches_any_retrieval_query_of_a_run(tmp_path, variant):
         assert own
         for q in own:
             rest = q[len(r.question):].replace(p["reformulation"] or "", "").lower()
-            hits = [t for t in r.options.values() if len(t) > 3 and t.lower() not in r.question.lower() and t.lower() in rest]
+            hits = [t for t in r.options.values() if len(t) > 3 and t.lower() not in r.question.lower()
+                    and t.lower() in rest]
             assert not hits, f"option text {hits} in a retrieval query"
 
 
@@ -208,7 +209,7 @@ def test_the_target_sees_its_own_cot_only_where_the_method_says_so():
     assert MethodConfig.from_dict({"answer_with_cot": True}).answer_with_cot is True
 
 
-# -- smaller points -----------------------------------------------------------------------------------------------------
+# -- smaller points ---------------------------------------------------------------------------------------------
 def test_rarearena_reports_top5_as_the_papers_metric_and_top1_beside_it():
     from medr2_hooks.experiments.report import primary_metric
 

@@ -100,7 +100,8 @@ def tiny_gemma(tmp_path_factory, gemma_path):
 
 
 def _write_recipe(tmp_path, model: str, out: str) -> str:
-    recipe = {"name": "tiny", "model": model, "output_dir": out, "dtype": "float32", "global_batch": 4, "micro_batch": 2,
+    recipe = {"name": "tiny", "model": model, "output_dir": out, "dtype": "float32", "global_batch": 4,
+              "micro_batch": 2,
               "epochs": 2, "learning_rate": 1e-3, "checkpoint_every": 1, "max_length": 1024,
               "train": [{"benchmark": "medqa_usmle", "split": "dev", "count": 12}],
               "evaluate": [{"benchmark": "medqa_usmle", "split": "test", "count": 10}]}
@@ -114,12 +115,14 @@ def test_kill_during_training_and_resume_reproduces_the_uninterrupted_loss_curve
     from medr2_hooks.finetune.train import MANIFEST, train
 
     whole = train(load_recipe(_write_recipe(tmp_path, tiny_gemma, str(tmp_path / "whole"))), log=lambda *_: None)
-    assert whole["steps"] == 6 and whole["trained_items"] == examples.item_ids(ItemSlice("medqa_usmle", split="dev", count=12))
+    assert whole["steps"] == 6
+    assert whole["trained_items"] == examples.item_ids(ItemSlice("medqa_usmle", split="dev", count=12))
     assert whole["losses"][-1]["loss"] < whole["losses"][0]["loss"]
 
     out = tmp_path / "killed"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
-    proc = subprocess.Popen([sys.executable, "-m", "medr2_hooks.finetune", _write_recipe(tmp_path, tiny_gemma, str(out)),
+    recipe = _write_recipe(tmp_path, tiny_gemma, str(out))
+    proc = subprocess.Popen([sys.executable, "-m", "medr2_hooks.finetune", recipe,
                              "--no_wandb"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
@@ -217,7 +220,8 @@ def test_bf16_recipes_update_fp32_master_weights(tmp_path, tiny_gemma):
     big = [k for k, v in start.items() if v.is_floating_point() and v.abs().mean() > 0.01 and k in master]
     moved = sum((master[k] != start[k]).float().mean().item() for k in big) / len(big)
     assert moved > 0.95 and (tmp_path / "mixed" / "final" / "config.json").is_file()
-    assert next(iter(_weights(tmp_path / "mixed" / "final").values())).dtype == torch.bfloat16  # saved in the recipe's dtype
+    # saved in the recipe's dtype
+    assert next(iter(_weights(tmp_path / "mixed" / "final").values())).dtype == torch.bfloat16
 
     # the old way: AdamW straight on bf16 weights, one step of the same size
     model = AutoModelForCausalLM.from_pretrained(tiny_gemma, dtype=torch.bfloat16)

@@ -292,7 +292,8 @@ def test_lenient_mode_skips_and_counts_every_bad_input(tmp_path):
     good = ['{"doc_id": "d1", "text": "Imatinib inhibits BCR-ABL.", "source_type": "book"}',
             '{"doc_id": "d5", "text": "Hydroxyurea for sickle cell disease.", "source_type": "guideline"}']
     recipe = _generic(tmp_path, [good[0], *BAD_LINES.values(), good[1]])
-    (tmp_path / "docs.jsonl").write_bytes((tmp_path / "docs.jsonl").read_bytes() + b'{"doc_id": "d6", "text": "bad \xff byte"}\n')
+    (tmp_path / "docs.jsonl").write_bytes((tmp_path / "docs.jsonl").read_bytes()
+                                          + b'{"doc_id": "d6", "text": "bad \xff byte"}\n')
     manifest = build(dataclasses.replace(recipe, strict=False), folder=tmp_path / "idx", log=lambda *_: None)
     assert manifest["counts"]["documents"] == 2
     assert manifest["skipped"] == {"duplicate doc_id": 1, "empty document": 1, "invalid JSON": 1,

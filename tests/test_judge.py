@@ -23,7 +23,8 @@ def test_reference_sets_are_rarearenas():
     two, one = tree.score_sets("Glycogen storage disease due to acid maltase deficiency", "365")
     assert two == ["Glycogen storage disease due to acid maltase deficiency"]
     assert one == ["Lysosomal glycogen storage disease", "Glycogen storage disease with hypertrophic cardiomyopathy",
-                   "Lysosomal disease with hypertrophic cardiomyopathy", "Lysosomal disease with restrictive cardiomyopathy"]
+                   "Lysosomal disease with hypertrophic cardiomyopathy",
+                   "Lysosomal disease with restrictive cardiomyopathy"]
     assert tree.score_sets("Marfan syndrome", "558", "marfan syndrome")[0] == ["marfan syndrome"]  # one wording
 
 

@@ -43,7 +43,8 @@ def test_refiner_keeps_exactly_the_documents_both_filters_accept(tmp_path, usmle
     kept = llm_amt.refine(m, questions, queries, candidates)
     assert [[h["doc_id"] + "#" + str(h["passage"]) for h in hits] for hits in kept] == expected
     dropped = sum(len(c) for c in candidates) - sum(len(k) for k in kept)
-    assert record["counts"].get("refiner_dropped_irrelevant", 0) + record["counts"].get("refiner_dropped_useless", 0) == dropped
+    counts = record["counts"]
+    assert counts.get("refiner_dropped_irrelevant", 0) + counts.get("refiner_dropped_useless", 0) == dropped
 
     for p, hits in zip(packs, kept):
         assert {e["doc_id"] for e in p["evidence"]} <= {h["doc_id"] for h in hits}

@@ -27,7 +27,8 @@ def _write(path, rows) -> None:
 
 def _miniature(tmp_path):
     rng = random.Random(0)
-    for corpus, stem in (("pubmed", "pubmed23n0001"), ("wikipedia", "wiki20220301en000"), ("textbooks", "Anatomy_Gray")):
+    for corpus, stem in (("pubmed", "pubmed23n0001"), ("wikipedia", "wiki20220301en000"),
+                         ("textbooks", "Anatomy_Gray")):
         rows = []
         for i in range(300):
             title, content = _text(rng, 6), _text(rng, rng.randint(40, 160))

@@ -33,7 +33,8 @@ def test_score_choices_equals_scoring_each_label_separately(gemma):
 def test_usefulness_uses_the_reference_answer_and_a_truly_empty_no_document_row(gemma):
     from medr2_hooks.rerank import fine
 
-    assert fine.answer_prompt("What is the capital of France?", None) == "Question: What is the capital of France?\nAnswer:"
+    assert fine.answer_prompt("What is the capital of France?",
+                              None) == "Question: What is the capital of France?\nAnswer:"
     calls = gemma.usage.calls
     [(l_init, l_x), (other_init, _)] = fine.answer_losses(gemma, [
         ("What is the capital of France?", "Paris",
@@ -90,7 +91,8 @@ def test_prepass_records_provenance_caches_and_never_sees_the_gold(tmp_path, usm
     assert shown + record["counts"].get("demos_disagreeing", 0) >= 1
     # every stage's ranked documents per iteration (issue 29.3): the evaluation items only
     runs = record["stage_runs"]
-    assert {"dense.t1", "bm25.t1", "fused.t1", "coarse.t1", "fine.t1", "selected.t1", "packed", "fine.final"} <= set(runs)
+    assert {"dense.t1", "bm25.t1", "fused.t1", "coarse.t1", "fine.t1", "selected.t1", "packed",
+            "fine.final"} <= set(runs)
     assert set(runs["packed"]) == {r.id for r in records}
     for r, p in zip(records, packs):
         assert runs["packed"][r.id] == list(dict.fromkeys(ev["doc_id"] for ev in p["evidence"]))

@@ -12,7 +12,8 @@ from medr2_hooks.apply.prompts import question_prompt
 from medr2_hooks.lmeval import direct, generative
 
 
-FIXTURES = {f"rarearena_{v}": Path(__file__).parent / "fixtures" / "rarearena" / f"{v.upper()}.json" for v in ("rds", "rdc")}
+FIXTURES = {f"rarearena_{v}": Path(__file__).parent / "fixtures" / "rarearena" / f"{v.upper()}.json"
+            for v in ("rds", "rdc")}
 
 
 @pytest.mark.parametrize("name", list(data.BENCHMARKS))

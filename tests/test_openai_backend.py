@@ -38,7 +38,8 @@ def test_openai_backend_scores_like_the_local_model(server, local):
     want = local.score(prompts, conts)
     for (g, gn), (w, wn) in zip(got, want):
         assert gn == wn and g == pytest.approx(w, abs=1e-3)
-    assert remote.generate(["The capital of France is"], 6, stop=["\n"]) == local.generate(["The capital of France is"], 6, stop=["\n"])
+    assert remote.generate(["The capital of France is"], 6,
+                           stop=["\n"]) == local.generate(["The capital of France is"], 6, stop=["\n"])
     assert remote.count_tokens(["Paris is nice"]) == local.count_tokens(["Paris is nice"])
 
 

@@ -52,7 +52,8 @@ def test_medqa_matches_medqa_4options(builtin, ours):
     records = medqa.load_usmle(data._root(None), options=4)[:25]
     theirs = [{"sent1": r.question, **{f"ending{i}": t for i, t in enumerate(r.options.values())},
                "label": r.gold_index} for r in records]
-    b, o = _task(builtin, "medqa_4options", theirs), _task(ours, "medqa_usmle_direct", _our_docs("medqa_usmle", records))
+    b = _task(builtin, "medqa_4options", theirs)
+    o = _task(ours, "medqa_usmle_direct", _our_docs("medqa_usmle", records))
     for their_doc, our_doc in zip(b.test_docs(), o.test_docs()):
         assert _rendered(o, our_doc) == _rendered(b, their_doc)
 

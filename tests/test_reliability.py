@@ -122,7 +122,8 @@ def test_prepass_records_are_named_by_their_content(data_root):
     small = prepass_spec(benchmark="medqa_usmle", method=method, limit=3, method_override=small_window)
     large = prepass_spec(benchmark="medqa_usmle", method=method, limit=3, method_override={"window": 4096})
     more = prepass_spec(benchmark="medqa_usmle", method=method, limit=4, method_override=small_window)
-    anatomy = prepass_spec(benchmark="mmlu_med", method=method, subject="anatomy", limit=3, method_override=small_window)
+    anatomy = prepass_spec(benchmark="mmlu_med", method=method, subject="anatomy", limit=3,
+                           method_override=small_window)
     genetics = prepass_spec(benchmark="mmlu_med", method=method, subject="medical_genetics", limit=3,
                             method_override=small_window)
     generative = prepass_spec(benchmark="medqa_usmle", method=method, limit=3, method_override=small_window,
@@ -185,7 +186,8 @@ def test_an_edited_input_file_rebuilds_the_corpus_and_info_lists_the_inputs(tmp_
     first = build(load_recipe(str(path)), log=_quiet)
     assert first["counts"]["documents"] == 3
     with open(tmp_path / "src" / "docs.jsonl", "a") as fh:
-        fh.write(json.dumps({"doc_id": "d9", "text": "Thalassemia trait gives microcytosis.", "source_type": "book"}) + "\n")
+        fh.write(json.dumps({"doc_id": "d9", "text": "Thalassemia trait gives microcytosis.", "source_type": "book"})
+                 + "\n")
     second = build(load_recipe(str(path)), log=_quiet)
     assert second["counts"]["documents"] == 4 and second["corpus_hash"] != first["corpus_hash"]
     assert second["inputs"][0]["file"] == "docs.jsonl" and second["inputs"][0]["sha256"] != first["inputs"][0]["sha256"]
@@ -382,7 +384,8 @@ def test_an_unreachable_endpoint_names_the_role_stage_and_url(tmp_path):
     with pytest.raises(EndpointError) as err:
         m.classify([Question("q1", "Which drug treats CML?", {"A": "imatinib", "B": "aspirin"}, "en")])
     # the served role is identified by what its server reports (issue 28.8): the first thing that fails
-    assert f"role 'classifier': cannot read {url}/models" in str(err.value) and "is the server running?" in str(err.value)
+    assert f"role 'classifier': cannot read {url}/models" in str(err.value)
+    assert "is the server running?" in str(err.value)
     m.ids._ids["classifier"] = "openai:m@test"  # identified: the stage's request then fails, naming it
     with pytest.raises(EndpointError) as err:
         m.classify([Question("q1", "Which drug treats CML?", {"A": "imatinib", "B": "aspirin"}, "en")])

@@ -128,7 +128,8 @@ def test_ivf_lists_on_disk_find_what_the_in_memory_ivf_finds(tmp_path, words):
         if name == "disk":
             shutil.move(tmp_path / name, tmp_path / "moved")
         queries = [" ".join(d["text"].split()[:20]) for d in docs[:10]]
-        found = Searcher.open(tmp_path / ("moved" if name == "disk" else name), retrievers=("dense",)).search(queries, k=5)
+        found = Searcher.open(tmp_path / ("moved" if name == "disk" else name),
+                              retrievers=("dense",)).search(queries, k=5)
         hits[name] = [[(h.doc_id, round(h.scores["dense"], 4)) for h in q] for q in found]
     assert hits["disk"] == hits["memory"] == hits["flat"]
 

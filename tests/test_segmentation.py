@@ -57,7 +57,8 @@ def test_short_document_is_kept_whole():
 
 
 def test_long_document_splits_on_chapters_and_merges_small_sections():
-    seg = Segmentation(tokenizer="whitespace", min_doc_tokens=15, max_doc_tokens=40, passage_tokens=20, passage_overlap=5)
+    seg = Segmentation(tokenizer="whitespace", min_doc_tokens=15, max_doc_tokens=40, passage_tokens=20,
+                       passage_overlap=5)
     docs = chapter_documents([_book()], seg, WS)
     assert [d.doc_id for d in docs] == ["book1:00001", "book1:00002"]
     # the 2-word preface merges into the first chapter; the short last chapter joins the one before
@@ -68,7 +69,8 @@ def test_long_document_splits_on_chapters_and_merges_small_sections():
 
 def test_what_still_exceeds_the_limit_is_cut_at_the_limit():
     text = "Chapter One\n\n" + " ".join(f"w{i}" for i in range(250))
-    seg = Segmentation(tokenizer="whitespace", min_doc_tokens=1, max_doc_tokens=100, passage_tokens=20, passage_overlap=5)
+    seg = Segmentation(tokenizer="whitespace", min_doc_tokens=1, max_doc_tokens=100, passage_tokens=20,
+                       passage_overlap=5)
     docs = chapter_documents([_book(text)], seg, WS)
     sizes = [len(d.text.split()) for d in docs]
     assert max(sizes) <= 100 and sum(sizes) == 252
@@ -99,7 +101,8 @@ def test_llm_amt_chunker_splits_on_blank_runs_drops_short_pieces_and_repacks_lon
 
     long_piece = " ".join(f"Sentence {i} has exactly six words." for i in range(400))  # 2,400 words
     text = ("Hypertrophy is an increase in cell size.\n\n1.\n\nToo short here\n\n"
-            "Atrophy   is a decrease in cell size." + " " * 11 + "Metaplasia is a change in cell type.\n\n" + long_piece)
+            "Atrophy   is a decrease in cell size." + " " * 11 + "Metaplasia is a change in cell type.\n\n"
+            + long_piece)
     pieces = amt_pieces(text)
     # "Atrophy" stands alone after its run of three spaces and is dropped (one word)
     assert pieces[:3] == ["Hypertrophy is an increase in cell size.", "is a decrease in cell size.",
@@ -137,5 +140,6 @@ def test_token_counts_and_word_starts_agree_with_the_spans():
     for tokens in (WS, Tokens("embedded:minilm")):
         spans = tokens.spans(texts)
         assert tokens.counts(texts) == [len(s) for s in spans]
-        assert [tokens.word_starts(t, s) for t, s in zip(texts, spans)] == [_word_starts(t, s) for t, s in zip(texts, spans)]
+        assert [tokens.word_starts(t, s) for t, s in zip(texts, spans)] == \
+            [_word_starts(t, s) for t, s in zip(texts, spans)]
     assert not all(_word_starts(texts[0], Tokens("embedded:minilm").spans(texts[:1])[0]))  # sub-words are glued

@@ -203,7 +203,8 @@ def test_splade_build_on_one_gpu_encodes_in_one_process_whatever_the_workers(tmp
     def encoder(*args, device=None):
         raise Chosen(device)
 
-    (tmp_path / "docs.jsonl").write_text('{"doc_id": "d0", "text": "Imatinib inhibits BCR-ABL.", "source_type": "book"}\n')
+    (tmp_path / "docs.jsonl").write_text('{"doc_id": "d0", "text": "Imatinib inhibits BCR-ABL.", '
+                                         '"source_type": "book"}\n')
     recipe = from_dict(Recipe, {"name": "tiny", "folder": str(tmp_path),
                                 "sources": [{"reader": "generic_jsonl", "base": "recipe", "paths": "docs.jsonl"}],
                                 "segmentation": {"tokenizer": "whitespace"}, "dense": None, "bm25": None,
@@ -226,7 +227,8 @@ def test_splade_pyserini_impact_index_scores_the_quantised_dot_product(tmp_path,
     from medr2_hooks.retrieve.searcher import Searcher
     from medr2_hooks.retrieve.sparse import SpladeEncoder
 
-    texts = TEXTS + ["Metformin is first-line therapy for type 2 diabetes.", "Warfarin inhibits vitamin K epoxide reductase."]
+    texts = TEXTS + ["Metformin is first-line therapy for type 2 diabetes.",
+                     "Warfarin inhibits vitamin K epoxide reductase."]
     (tmp_path / "docs.jsonl").write_text("".join(
         f'{{"doc_id": "d{i}", "text": "{t}", "source_type": "book"}}\n' for i, t in enumerate(texts)))
     recipe = from_dict(Recipe, {"name": "tiny", "folder": str(tmp_path),

@@ -99,7 +99,8 @@ def _show(args) -> int:
         return 0
     import yaml
 
-    print(f"{out['name']}: {out['title']} ({out['kind']}, {out['language']}): {out['eval']} items, {out['demos']} demonstrations")
+    print(f"{out['name']}: {out['title']} ({out['kind']}, {out['language']}): {out['eval']} items, {out['demos']} "
+          "demonstrations")
     print("tasks: " + ", ".join(out["tasks"]))
     print(yaml.safe_dump(out["declaration"], sort_keys=False, allow_unicode=True), end="")
     return 0

@@ -16,13 +16,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tasks", required=True, help="comma-separated task or group names (medr2 tasks list)")
     parser.add_argument("--model", default="embedded:gemma-270m",
-                        help="embedded:gemma-270m (default; scored by hf-continuation), or an lm-eval model type: hf, vllm, "
+                        help="embedded:gemma-270m (default; scored by hf-continuation), or an lm-eval model "
+                             "type: hf, vllm, "
                              "local-completions, ..., or hf-continuation (hf with logits for the continuation "
                              "positions only: the same log-likelihoods in far less memory at long windows)")
-    parser.add_argument("--model_args", default="", help="lm-eval model args, e.g. pretrained=<hub id or path>,dtype=bfloat16")
+    parser.add_argument("--model_args", default="",
+                        help="lm-eval model args, e.g. pretrained=<hub id or path>,dtype=bfloat16")
     parser.add_argument("--limit", type=float, help="first N items per task (or a fraction if < 1)")
     parser.add_argument("--num_fewshot", type=int, help="demonstrations from the task's demo pool")
-    parser.add_argument("--batch_size", help="lm-eval batch size (default for embedded Gemma: 4, 1 for retrieval tasks; else auto)")
+    parser.add_argument("--batch_size", help="lm-eval batch size (default for embedded Gemma: 4, 1 for retrieval "
+                                             "tasks; else auto)")
     parser.add_argument("--gen_kwargs", help="generation overrides for generative tasks, e.g. max_gen_toks=64")
     parser.add_argument("--apply_chat_template", action="store_true",
                         help="wrap each prompt in the target's chat template (chat models; lm-eval's flag)")

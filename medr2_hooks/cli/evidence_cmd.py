@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     wanted = args.stages.split(",") if args.stages else None
     results = []
     for e in evidence:
-        stages = {s: r for s, r in e.stages.items() if (s in wanted if wanted else s == "packed" or s.endswith(".final"))}
+        stages = {s: r for s, r in e.stages.items()
+                  if (s in wanted if wanted else s == "packed" or s.endswith(".final"))}
         results += scores.stage_scores(e.label, stages, col.qrels(), e.questions)
     comparisons = [c for a in results for b in results if a.run < b.run and a.stage == b.stage
                    for c in (scores.paired(a, b, m) for m in scores.PAIRED) if c]
@@ -65,7 +66,8 @@ def _print(args, collection: str, results, comparisons) -> int:
 
     if args.json:
         emit_json(args, {"collection": collection, "scores": [
-            {"run": r.run, "stage": r.stage, "n": r.n, **{m: round(v, 4) for m, v in r.means.items()}} for r in results],
+            {"run": r.run, "stage": r.stage, "n": r.n, **{m: round(v, 4) for m, v in r.means.items()}}
+            for r in results],
             "paired": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in c.items()} for c in comparisons]},
             indent=1)
         return 0

@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--threads", type=int, help="Lucene indexing threads (pyserini backends; default: every core; "
                        "not with --corpus-only or --shard)")
     build.add_argument("--heap-mb", type=int, help="the JVM's heap bound in MB for Lucene builds, half of "
-                       "it Lucene's indexing buffer (default: 1024; peak RSS stays near it at any corpus size; not with "
+                       "it Lucene's indexing buffer (default: 1024; peak RSS stays near it at any corpus "
+                       "size; not with "
                        "--corpus-only or --shard)")
     build.add_argument("--workers-per-gpu", type=int, help="encoding processes on each local GPU (default: 1; on "
                        "an H200, 2 encoded dense passages 1.8x faster; SPLADE uses them on several GPUs, one GPU runs "
@@ -88,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"recipe    {manifest['recipe_hash'][:16]}  corpus {manifest['corpus_hash'][:16]}")
         print(f"counts    {manifest['counts']}  skipped {manifest['skipped'] or 'none'}")
         for i, entry in enumerate(manifest.get("inputs", [])):
-            print(f"{'inputs' if i == 0 else '':<9} {entry['file']}  {entry['size']} bytes  sha256 {entry['sha256'][:16]}")
+            print(f"{'inputs' if i == 0 else '':<9} {entry['file']}  {entry['size']} bytes  sha256 "
+                  f"{entry['sha256'][:16]}")
         if "dense" in manifest:
             d = manifest["dense"]
             print(f"dense     {d['encoder']['id']}@{d['encoder']['revision']} ({d['encoder']['pooling']} pooling, "

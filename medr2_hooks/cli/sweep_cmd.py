@@ -13,7 +13,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "examples:\n"
         "  medr2 sweep table10_embedded --dry-run --json     # the expanded runs, nothing executed\n"
         "  medr2 sweep table10_embedded                      # run (skips runs whose results exist)\n"
-        "  medr2 sweep table9 --wandb-sweep sweep.yaml && wandb sweep sweep.yaml   # then `wandb agent` on each GPU box\n"
+        "  medr2 sweep table9 --wandb-sweep sweep.yaml && wandb sweep sweep.yaml   # then `wandb agent` on "
+        "each GPU box\n"
         "  medr2 sweep table9 --rehearse && medr2 report table9_rehearsal   # the GPU grid on CPU stand-ins\n"
         "State: results/<experiment>/sweep.json; each run: results/runs/<run>/ and a W&B run (group = experiment);\n"
         "medr2 report keeps each run's summary in results/<experiment>/runs/<run>.json (committed with the report):\n"
@@ -57,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
         known = {r.name for r in runs}
         unknown = [name for name in args.run if name not in known]
         if unknown:
-            raise ConfigError(f"run {unknown[0]!r} is not in {exp.name} (medr2 sweep {args.config} --dry-run lists them)")
+            raise ConfigError(f"run {unknown[0]!r} is not in {exp.name} (medr2 sweep {args.config} "
+                              "--dry-run lists them)")
         runs = [r for r in runs if r.name in args.run]
     if args.wandb_sweep:
         with open(args.wandb_sweep, "w", encoding="utf-8") as fh:

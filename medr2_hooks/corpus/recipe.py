@@ -130,7 +130,8 @@ class Recipe:
         if source.base == "data":
             root = settings.data_dir()
             if root is None:
-                raise ConfigError(f"recipe {self.name}: source {source.reader} reads from MEDR2_DATA_DIR, which is unset")
+                raise ConfigError(f"recipe {self.name}: source {source.reader} reads from MEDR2_DATA_DIR, "
+                                  "which is unset")
             return root
         if source.base == "recipe":
             return Path(self.folder)

@@ -194,7 +194,8 @@ def _word_starts(text: str, spans: list[tuple[int, int]]) -> list[bool]:
     """Whether each token begins a word (not a sub-word continuation glued to the previous token)."""
     out = []
     for i, (start, _) in enumerate(spans):
-        glued = i > 0 and start == spans[i - 1][1] and text[start - 1:start].isalnum() and text[start:start + 1].isalnum()
+        glued = (i > 0 and start == spans[i - 1][1] and text[start - 1:start].isalnum()
+                 and text[start:start + 1].isalnum())
         out.append(not glued)
     return out
 

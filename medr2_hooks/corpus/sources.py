@@ -201,7 +201,8 @@ def _table_rows(path: Path, fmt: str, report: SkipReport) -> Iterator[tuple[int,
 
 
 def table(paths: str, base: Path, report: SkipReport, fields: dict, format: str | None = None,
-          source_type: str | None = None, evidence_level: int | None = None, language: str = "en") -> Iterator[Document]:
+          source_type: str | None = None, evidence_level: int | None = None,
+          language: str = "en") -> Iterator[Document]:
     """A user's own documents as a table (CSV with a header, JSONL, or a JSON list; ``.gz`` allowed), with the
     columns named by ``fields``: ``doc_id`` and ``text`` required; ``title``, ``source_type``, ``evidence_level``
     (1-9), ``language`` optional. ``source_type`` / ``evidence_level`` options give a fixed value where no column

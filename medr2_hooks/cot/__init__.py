@@ -4,11 +4,11 @@ The CoT generator answers the question (with its options) from the selected evid
 next iteration's retrieval query and serves as a demonstration for the target model. It writes until it ends its
 turn (end of sequence) or starts another question or evidence block (:data:`STOP`), within its token budget; a
 blank line no longer ends it (instruction-tuned models write several paragraphs). A demonstration's rationale is
-generated knowing its gold answer (demonstrations are training-side, :func:`cot_prompt` with ``answer``). Its answer is read by
-closed-set scoring of the option labels after "Therefore, the answer is" — robust with small base models,
-where parsing free text would mostly fail. Free-text questions (RareArena: no options) get a short generated
-answer after "Therefore, the most likely diagnosis is", as ``{normalised name: 1.0}`` (``{}`` when empty), so
-Alg. 2 compares it with the reference answer by name.
+generated knowing its gold answer (demonstrations are training-side, :func:`cot_prompt` with ``answer``). Its
+answer is read by closed-set scoring of the option labels after "Therefore, the answer is" — robust with small
+base models, where parsing free text would mostly fail. Free-text questions (RareArena: no options) get a short
+generated answer after "Therefore, the most likely diagnosis is", as ``{normalised name: 1.0}`` (``{}`` when
+empty), so Alg. 2 compares it with the reference answer by name.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def cot_prompt(backend: Backend, question: str, options: dict[str, str], evidenc
         given = f"({answer}) {options[answer]}" if labelled and answer in options else answer
         task = (f"The correct answer to the medical question is {given}. Explain step by step, using the evidence, "
                 "how to reach it.")
-    user = f"{task}\n\nEvidence:\n{evidence_block(evidence) or '(none)'}\n\n{question_block(question, options, labelled)}"
+    evidence_text = evidence_block(evidence) or "(none)"
+    user = f"{task}\n\nEvidence:\n{evidence_text}\n\n{question_block(question, options, labelled)}"
     return backend.chat(user) + "Reasoning:"
 
 
@@ -52,7 +53,8 @@ def generate_cot(backend: Backend, prompts: list[str], max_new_tokens: int = 128
     return [r.strip() for r in backend.generate(prompts, max_new_tokens, stop=STOP, role="cot")]
 
 
-def cot_answers(backend: Backend, prompts: list[str], cots: list[str], labels: list[list[str]]) -> list[dict[str, float]]:
+def cot_answers(backend: Backend, prompts: list[str], cots: list[str],
+                labels: list[list[str]]) -> list[dict[str, float]]:
     """The answer distribution after each CoT (questions may have different label sets)."""
     groups: dict[tuple[str, ...], list[int]] = {}
     for i, ls in enumerate(labels):

@@ -49,7 +49,8 @@ class Benchmark:
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
     for b in (
-        Benchmark("medqa_usmle", "medqa:load_usmle", "medqa:load_usmle_hub", 10, "en", "MedQA-USMLE (5 options, dev+test)",
+        Benchmark("medqa_usmle", "medqa:load_usmle", "medqa:load_usmle_hub", 10, "en",
+                  "MedQA-USMLE (5 options, dev+test)",
                   group="medr2_qa"),
         Benchmark("medqa_mcmle", "medqa:load_mcmle", None, 11, "zh", "MedQA-MCMLE (5 options, dev+test)",
                   group="medr2_qa"),
@@ -63,13 +64,16 @@ BENCHMARKS: dict[str, Benchmark] = {
                   "MedXpertQA Text (10 options; the full test split)", kind="clinical", group="medr2_clinical"),
         Benchmark("medxpertqa_sampled", "medxpertqa:load_sampled", None, 10, "en",
                   "MedXpertQA Text, the official 244-item sample", kind="clinical"),
-        Benchmark("nejmqa", "nejmqa:load", None, 5, "en", "NEJMQA (default: AgentClinic-NEJM cases, not the paper's set)",
+        Benchmark("nejmqa", "nejmqa:load", None, 5, "en",
+                  "NEJMQA (default: AgentClinic-NEJM cases, not the paper's set)",
                   from_file="nejmqa:load_cases", kind="clinical", group="medr2_clinical"),
         Benchmark("rarearena_rds", "rarearena:load_rds", "rarearena:load_rds_hub", 2, "en",
-                  "RareArena RDS (rare-disease screening, free text)", from_file="rarearena:load_rds_file", kind="clinical",
+                  "RareArena RDS (rare-disease screening, free text)", from_file="rarearena:load_rds_file",
+                  kind="clinical",
                   style="diagnosis", group="medr2_clinical"),
         Benchmark("rarearena_rdc", "rarearena:load_rdc", "rarearena:load_rdc_hub", 2, "en",
-                  "RareArena RDC (rare-disease confirmation, free text)", from_file="rarearena:load_rdc_file", kind="clinical",
+                  "RareArena RDC (rare-disease confirmation, free text)", from_file="rarearena:load_rdc_file",
+                  kind="clinical",
                   style="diagnosis", group="medr2_clinical"),
         # the tenth benchmark: MIRAGE's 618 BioASQ yes/no questions, with gold PubMed ids (evidence you can score)
         Benchmark("bioasq_yn", "bioasq:load_yesno", None, 10, "en", "BioASQ-Y/N (618 yes/no, gold PubMed ids)",
@@ -142,7 +146,8 @@ def _declared_rows(decl: Declaration) -> tuple[tuple[Record, ...], tuple[Record,
 
 
 @lru_cache(maxsize=32)
-def _load_declared(declaration_json: str, root: Path | None, _files: tuple) -> tuple[tuple[Record, ...], tuple[Record, ...] | None]:
+def _load_declared(declaration_json: str, root: Path | None,
+                   _files: tuple) -> tuple[tuple[Record, ...], tuple[Record, ...] | None]:
     """A declared benchmark's rows and, when it names a demonstrations source, those (cached on the declaration,
     the data folder and its files' sizes and times, so an edited declaration or file is read again)."""
     from . import declared

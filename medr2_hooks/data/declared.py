@@ -1,6 +1,6 @@
 """Benchmarks declared in YAML: a question file (CSV, JSONL, JSON or a hub dataset) and a field mapping, no Python.
 
-    name: my_bench                     # tasks my_bench_direct, my_bench_vanilla_rag, my_bench_llm_amt, my_bench_medr2, …
+    name: my_bench                     # tasks my_bench_direct, my_bench_vanilla_rag, …, my_bench_medr2, …
     title: My benchmark (5 options)
     source: {format: csv, path: my_bench/test.csv}      # under MEDR2_DATA_DIR, or absolute
     # or:   {hub: owner/name, config: default, split: test}
@@ -88,7 +88,8 @@ class Declaration:
 
     def __post_init__(self):
         if not NAME.fullmatch(self.name):
-            raise ValueError(f"name {self.name!r}: lower-case letters, digits and '_', starting with a letter, 2-48 long")
+            raise ValueError(f"name {self.name!r}: lower-case letters, digits and '_', starting with a "
+                             "letter, 2-48 long")
         if self.n_demos < 0:
             raise ValueError(f"n_demos must be >= 0, found {self.n_demos}")
         if isinstance(self.fields.options, list) and not 2 <= len(self.fields.options) <= len(LABELS):
@@ -198,11 +199,13 @@ def _options(decl: Declaration, row: dict, path, line: int) -> dict[str, str]:
             try:
                 value = json.loads(value)
             except json.JSONDecodeError:
-                raise RowError(path, line, spec, "expected a list or a {label: text} mapping (JSON text in a CSV)") from None
+                raise RowError(path, line, spec,
+                               "expected a list or a {label: text} mapping (JSON text in a CSV)") from None
         if isinstance(value, dict):
             return {str(k): _text(v, path, line, f"{spec}.{k}") for k, v in value.items()}
         if not isinstance(value, list):
-            raise RowError(path, line, spec, f"expected a list or a {{label: text}} mapping, found {type(value).__name__}")
+            raise RowError(path, line, spec, f"expected a list or a {{label: text}} mapping, found "
+                                             f"{type(value).__name__}")
         values, names = value, [f"{spec}[{i}]" for i in range(len(value))]
     if len(values) > len(LABELS):
         raise RowError(path, line, spec if isinstance(spec, str) else None, f"more than {len(LABELS)} options")
@@ -227,7 +230,8 @@ def _answer(decl: Declaration, row: dict, options: dict[str, str], path, line: i
     elif fmt == "text":
         hits = [k for k, v in options.items() if v == str(value).strip()]
         if len(hits) != 1:
-            raise RowError(path, line, name, f"answer text {value!r} matches {len(hits)} of the options {list(options.values())}")
+            raise RowError(path, line, name, f"answer text {value!r} matches {len(hits)} of the options "
+                                             f"{list(options.values())}")
         answer = hits[0]
     else:
         try:
@@ -264,7 +268,8 @@ def load(decl: Declaration, source: Source | None = None) -> Loaded:
         try:
             rec = record(decl, row, path, line)
             if rec.id in first_line:
-                raise RowError(path, line, decl.fields.id or "line", f"duplicate id {rec.id!r} (first on line {first_line[rec.id]})")
+                raise RowError(path, line, decl.fields.id or "line",
+                               f"duplicate id {rec.id!r} (first on line {first_line[rec.id]})")
         except RowError as exc:
             if not decl.lenient:
                 raise
@@ -278,13 +283,15 @@ def load(decl: Declaration, source: Source | None = None) -> Loaded:
 
 
 def check(decl: Declaration) -> Loaded:
-    """Load every row of the evaluation source and the demonstration source: the validation `medr2 benchmark add` runs."""
+    """Load every row of the evaluation source and the demonstration source: the validation `medr2 benchmark add`
+    runs."""
     loaded = load(decl)
     if decl.demos is not None:
         demos = load(decl, decl.demos)
         loaded = Loaded(loaded.records, loaded.skipped + demos.skipped)
         if len(demos.records) < decl.n_demos:
-            raise ConfigError(f"{decl.origin}: n_demos {decl.n_demos} but the demos source has {len(demos.records)} rows")
+            raise ConfigError(f"{decl.origin}: n_demos {decl.n_demos} but the demos source has "
+                              f"{len(demos.records)} rows")
     elif len(loaded.records) <= decl.n_demos:
         raise ConfigError(f"{decl.origin}: n_demos {decl.n_demos} leaves no item of {len(loaded.records)} to evaluate")
     return loaded

@@ -55,7 +55,8 @@ class Orphanet:
         self.by_id: dict[str, Disorder] = {}
         for row in rows:
             d = Disorder(str(row["Orphanetid"]), row["name"],
-                         tuple((p["parent"], int(p.get("parent_disease_count") or 0)) for p in row.get("parents") or []),
+                         tuple((p["parent"], int(p.get("parent_disease_count") or 0)) for p in row.get("parents")
+                               or []),
                          tuple(str(x) for x in row.get("synonyms") or ()))
             for name in (d.name, *d.synonyms):
                 self.by_name.setdefault(normalise(name), d)
@@ -64,7 +65,8 @@ class Orphanet:
     def disease(self, orpha_name: str, orpha_id: str | None = None) -> Disorder | None:
         return self.by_id.get(str(orpha_id)) or self.by_name.get(normalise(orpha_name))
 
-    def score_sets(self, orpha_name: str, orpha_id: str | None = None, diagnosis: str = "") -> tuple[list[str], list[str]]:
+    def score_sets(self, orpha_name: str, orpha_id: str | None = None,
+                   diagnosis: str = "") -> tuple[list[str], list[str]]:
         """RareArena's two reference sets for a case: ``(score-2 names, score-1 names)``, as written."""
         two = list(dict.fromkeys(n for n in (diagnosis.strip(), orpha_name.strip()) if n))
         if len({normalise(n) for n in two}) < len(two):
@@ -79,7 +81,8 @@ class Orphanet:
             return 0
         two, one = self.score_sets(orpha_name, orpha_id, diagnosis)
         disease = self.disease(orpha_name, orpha_id)
-        same = {normalise(n) for n in two} | ({normalise(n) for n in (disease.name, *disease.synonyms)} if disease else set())
+        same = {normalise(n) for n in two} | ({normalise(n) for n in (disease.name, *disease.synonyms)} if disease
+                                              else set())
         named = self.by_name.get(p)
         if p in same or (named is not None and disease is not None and named.orpha_id == disease.orpha_id):
             return 2

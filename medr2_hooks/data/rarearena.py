@@ -40,7 +40,8 @@ def _local(root: Path, variant: str) -> list[Record]:
     path = root / "rarearena" / FILES[variant]
     if not path.is_file():
         raise DataError(f"{path} not found: the RareArena case files are not in the mirror; use source=hub with "
-                        f"network, or --metadata '{{\"cases_file\": {{\"rarearena_{variant}\": \"<{FILES[variant]}>\"}}}}'")
+                        f"network, or --metadata '{{\"cases_file\": {{\"rarearena_{variant}\": "
+                        f"\"<{FILES[variant]}>\"}}}}'")
     return records(path, variant)
 
 

@@ -36,8 +36,9 @@ class Record:
 
     ``options`` maps a choice label to its text, in presentation order: letters for multiple choice
     (``{"A": "...", ...}``), labels for PubMedQA (``{"yes": "yes", "no": "no", "maybe": "maybe"}``).
-    ``answer`` is the gold label, a key of ``options`` (free-text benchmarks: no options, the gold text). ``meta`` holds source details
-    (PubMedQA ``pmid``, MedMCQA ``subject``, MMLU ``subject``, the source file and line, ...).
+    ``answer`` is the gold label, a key of ``options`` (free-text benchmarks: no options, the gold text).
+    ``meta`` holds source details (PubMedQA ``pmid``, MedMCQA ``subject``, MMLU ``subject``, the source file and
+    line, ...).
     """
 
     id: str

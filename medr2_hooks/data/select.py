@@ -19,4 +19,5 @@ def refuse_trained(benchmark: str, records: list[Record], trained_items: list[st
     both = sorted({f"{benchmark}:{r.id}" for r in evaluated} & set(trained_items))
     if both:
         raise DataError(f"{benchmark}: the model was fine-tuned on {len(both)} of the evaluated items "
-                        f"(e.g. {', '.join(both[:3])}); evaluate a disjoint slice (e.g. --metadata '{{\"split\": \"test\"}}')")
+                        f"(e.g. {', '.join(both[:3])}); evaluate a disjoint slice "
+                        "(e.g. --metadata '{\"split\": \"test\"}')")

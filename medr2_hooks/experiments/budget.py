@@ -33,7 +33,8 @@ def unit_tokens(index: str, unit: str) -> tuple[float, str]:
             raise ConfigError(f"index {index!r} is neither built here nor a recipe in index/: its evidence size is "
                               "unknown") from None
         if recipe.planning and unit in recipe.planning:
-            return float(recipe.planning[unit]), f"recipe {index} planning ({recipe.planning.get('source', 'declared')})"
+            source = recipe.planning.get("source", "declared")
+            return float(recipe.planning[unit]), f"recipe {index} planning ({source})"
         seg = {"passage_tokens": recipe.segmentation.passage_tokens,
                "passage_overlap": recipe.segmentation.passage_overlap}
         source = f"recipe {index} segmentation"

@@ -28,7 +28,8 @@ def run_dir(run: Run) -> Path:
 def summary_path(run: Run) -> Path:
     """The run's committed summary (``medr2 report`` writes it from the run folder): what the report needs when
     the run folder, which git does not keep, is on another machine."""
-    return settings.results_dir() / safe_component(run.experiment, "experiment name") / "runs" / f"{run_dir(run).name}.json"
+    return settings.results_dir() / safe_component(run.experiment,
+                                                   "experiment name") / "runs" / f"{run_dir(run).name}.json"
 
 
 def read_json_file(path: Path, needs: str) -> dict | None:

@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from ..errors import Medr2Error
+from ..flags import Parser
 from .command import add_arguments, run
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m medr2_hooks.finetune", description="full-parameter SFT from a recipe")
+    parser = Parser(prog="python -m medr2_hooks.finetune",
+                                     description="full-parameter SFT from a recipe")
     add_arguments(parser)
     try:
         sys.exit(run(parser.parse_args()))

@@ -15,9 +15,10 @@ moved 143/200 evidence-level and 168/200 document-type decisions but mostly answ
 position bias of small models, which instruction-tuned paper-scale models do not share), and ``token_mean``
 over-rewards multi-token names (their later tokens are nearly certain: 199/200 "non-randomized controlled
 trial", 200/200 "cause-and-effect"), so ``letters`` is the default everywhere. One batched scoring pass, and
-exactly the distribution Eq. 4 needs. ``label_distribution`` stays for single-token label sets (yes/no judges). ``generate``: free generation parsed strictly (the first label named, as a whole
-word); a reply naming no label is a parse failure, recorded and handled by the caller's documented rule
-(a uniform distribution and the fallback label).
+exactly the distribution Eq. 4 needs. ``label_distribution`` stays for single-token label sets (yes/no judges).
+``generate``: free generation parsed strictly (the first label named, as a whole word); a reply naming no label
+is a parse failure, recorded and handled by the caller's documented rule (a uniform distribution and the
+fallback label).
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ class OpenAIBackend:
         self._local = threading.local()
         self.concurrency, self.request_batch = concurrency, request_batch
         self.max_retries, self.backoff = max_retries, backoff
-        self.model, self.model_id, self.timeout, self.max_length = model, f"{model}@{self.base_url}", timeout, max_length
+        self.model, self.model_id = model, f"{model}@{self.base_url}"
+        self.timeout, self.max_length = timeout, max_length
         self._tok = None
         if tokenizer:
             from transformers import AutoTokenizer
@@ -133,7 +134,8 @@ class OpenAIBackend:
         for chunk, body in zip(chunks, bodies):
             ordered = sorted(body["choices"], key=lambda c: c["index"])
             if len(ordered) != len(chunk):
-                raise EndpointError(f"role {role!r}: {self.base_url} answered {len(ordered)} choices for {len(chunk)} prompts")
+                raise EndpointError(f"role {role!r}: {self.base_url} answered {len(ordered)} choices for "
+                                    f"{len(chunk)} prompts")
             choices += ordered
             for k in usage:
                 usage[k] += (body.get("usage") or {}).get(k, 0) or 0
@@ -174,7 +176,8 @@ class OpenAIBackend:
         out: list[tuple[float, int]] = []
         for prompt, choice in zip(prompts, choices):
             lp = choice["logprobs"]
-            picked = [(tok_lp or 0.0) for off, tok_lp in zip(lp["text_offset"], lp["token_logprobs"]) if off >= len(prompt)]
+            picked = [(tok_lp or 0.0) for off, tok_lp in zip(lp["text_offset"], lp["token_logprobs"])
+                      if off >= len(prompt)]
             out.append((float(sum(picked)), len(picked)))
         self.usage.add(role, len(prompts), usage["prompt_tokens"])
         return out

@@ -109,7 +109,8 @@ class Batcher:
             n = len(job.request.prompts)
             own = [{**c, "index": k} for k, c in enumerate(choices[at: at + n])]
             prompt_tokens = sum(len(p.ids) for p in job.request.prompts)
-            job.future.set_result((own, {"prompt_tokens": prompt_tokens, "completion_tokens": sum(generated[at: at + n]),
+            job.future.set_result((own, {"prompt_tokens": prompt_tokens,
+                                         "completion_tokens": sum(generated[at: at + n]),
                                          "total_tokens": prompt_tokens + sum(generated[at: at + n])}))
             at += n
 
@@ -292,7 +293,8 @@ def serve_process(model: str, port: int, name: str | None = None, batch_size: in
                 break
             except OSError:
                 if time.time() > deadline:
-                    raise Medr2Error(f"medr2 serve --model {model} did not answer at {url} in {ready_seconds} s") from None
+                    raise Medr2Error(f"medr2 serve --model {model} did not answer at {url} in {ready_seconds} s") \
+                        from None
                 time.sleep(1)
         yield url
     finally:

@@ -49,7 +49,8 @@ class VLLMBackend:
         for p, c in zip(prompts, continuations):
             ctx = self.tokenizer.encode(p)
             cont = self.tokenizer.encode(c, add_special_tokens=False)
-            keep = max(1, self.max_length - len(cont) - 1)  # context tokens that fit beside the continuation + 1 new token
+            # context tokens that fit beside the continuation + 1 new token
+            keep = max(1, self.max_length - len(cont) - 1)
             rows.append((ctx[-keep:], cont))
         # As lm-eval's vLLM model scores: prompt_logprobs=1 returns, per prompt position, the actual token's
         # logprob (plus the top-1); the first position is None. Older vLLM returned floats, newer Logprob objects.

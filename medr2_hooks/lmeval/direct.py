@@ -15,7 +15,8 @@ from ..data.select import refuse_trained, select
 
 
 def load_dataset(benchmark: str, source: str = "local", data_dir: str | None = None, subject: str | None = None,
-                 split: str | None = None, trained_items: list[str] | None = None, cases_file: str | dict | None = None, limit=None,
+                 split: str | None = None, trained_items: list[str] | None = None, cases_file: str | dict
+                 | None = None, limit=None,
                  judge: dict | None = None, **_lm_eval_metadata):
     """``custom_dataset`` hook: ``DatasetDict(test=..., demos=...)`` of :meth:`Record.to_doc` rows (free-text
     rows carry the run's ``judge``, :func:`medr2_hooks.lmeval.judge.check_judge`)."""

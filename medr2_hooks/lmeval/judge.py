@@ -91,7 +91,8 @@ def judge_prompt(case: Case) -> str:
     return ("You grade a student's differential diagnosis of a rare-disease case against reference diagnoses.\n"
             "Grade each of the student's diagnoses:\n" + "\n".join(rules) + "\n\nReference diagnoses:\n"
             + "\n".join(sets) + f"\n\nStudent's diagnoses:\n{listed}\n\n"
-            f"Reply with one line per diagnosis, in order, as \"<number>. <diagnosis>: score <{'0, 1 or 2' if one else '0 or 2'}>\".")
+            f"Reply with one line per diagnosis, in order, as \"<number>. <diagnosis>: score "
+            f"<{'0, 1 or 2' if one else '0 or 2'}>\".")
 
 
 def parse_grades(reply: str, n: int) -> tuple[list[int], bool]:

@@ -128,7 +128,8 @@ class _Dumper(yaml.SafeDumper):
     """Strings holding a line break are written double-quoted with ``\\n`` escapes, as a person would."""
 
 
-_Dumper.add_representer(str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style='"' if "\n" in s else None))
+_Dumper.add_representer(
+    str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style='"' if "\n" in s else None))
 
 
 def render(cfg: dict) -> str:

@@ -97,7 +97,8 @@ class MedR2:
     def run_record(self, started: float, questions: int, demos: int) -> dict:
         """What a pre-pass did: settings, models, index, per-stage seconds, counts, cache hits, model usage."""
         return {"method": self.cfg.method, "pipeline": self.cfg.pipeline, "config": self.cfg.to_json(),
-                "models": self.ids.used(), "index": {k: self.searcher.manifest[k] for k in ("name", "recipe_hash", "corpus_hash")},
+                "models": self.ids.used(),
+                "index": {k: self.searcher.manifest[k] for k in ("name", "recipe_hash", "corpus_hash")},
                 "questions": questions, "demos": demos, "wall_seconds": round(time.perf_counter() - started, 2),
                 "stage_seconds": {k: round(v, 2) for k, v in self.timings.items()}, "counts": dict(self.counts),
                 "cot_tokens": _summary(self.cot_lengths, self.cfg.cot_max_new_tokens),
@@ -106,7 +107,8 @@ class MedR2:
     # -- question-only stages ----------------------------------------------------------------------------------
     def classify(self, questions: list[Question]) -> list[dict]:
         if not self.cfg.classify:
-            return [{"ebm": "other", "qtype": "factual", "ebm_probs": None, "qtype_probs": None, "parsed": True}] * len(questions)
+            return [{"ebm": "other", "qtype": "factual", "ebm_probs": None, "qtype_probs": None,
+                     "parsed": True}] * len(questions)
         out = self.cached("classify", [q.question for q in questions],
                           {"model": self.ids["classifier"], "mode": self.cfg.decision_mode, "labels": self.label_rule},
                           lambda qs: [x.to_json() for x in classify_stage.classify(self.llm("classifier"), qs,
@@ -228,7 +230,8 @@ class MedR2:
         self.counts["no_documents_retrieved"] += sum(not hits for hits in out)
         return out
 
-    def relevance(self, queries: list[str], candidates: list[list[dict]], scorer: str | None = None) -> list[list[float]]:
+    def relevance(self, queries: list[str], candidates: list[list[dict]],
+                  scorer: str | None = None) -> list[list[float]]:
         """A relevance score per (query, candidate): the cross-encoder's sigmoid score, or the LLM judge's
         probability of "yes" (``scorer``: ``llm`` | ``cross_encoder``, default the config's ``coarse``). One cache
         stage, shared by Med-R²'s coarse rerank and LLM-AMT's refiner (which always passes ``llm``: its paper's
@@ -273,7 +276,8 @@ class MedR2:
             out.append(scored[: self.cfg.coarse_k])
         return out
 
-    def fine(self, questions: list[Question], labels: list[dict], refs: list[dict], coarse: list[list[dict]]) -> list[list[dict]]:
+    def fine(self, questions: list[Question], labels: list[dict], refs: list[dict],
+             coarse: list[list[dict]]) -> list[list[dict]]:
         """Eq. 1 for every coarse document, conflict filtering, sorted by F."""
         if not self.cfg.rerank:
             return [[{**h, "evidence_level": h.get("evidence_level"), "f_h": None, "f_g": None, "f_u": None, "F": None}
@@ -301,10 +305,10 @@ class MedR2:
             # Rule: an empty reference answer (M_F generated nothing) has no loss to lower: f_u = 0, counted above.
             backend = self.llm("proxy")
             scorable = [x for x in items if x["ref"].strip()]
-            scored = iter(fine.answer_losses(backend, [(x["q"], x["ref"], [backend.truncate(d, judge_len) for d in x["docs"]])
-                                                       for x in scorable]) if scorable else [])
-            return [dict(zip(("init", "docs"), next(scored))) if x["ref"].strip() else {"init": None, "docs": [None] * len(x["docs"])}
-                    for x in items]
+            asked = [(x["q"], x["ref"], [backend.truncate(d, judge_len) for d in x["docs"]]) for x in scorable]
+            scored = iter(fine.answer_losses(backend, asked) if scorable else [])
+            return [dict(zip(("init", "docs"), next(scored))) if x["ref"].strip()
+                    else {"init": None, "docs": [None] * len(x["docs"])} for x in items]
 
         def judge_conflicts(sets):
             backend = self.llm("conflict")
@@ -323,7 +327,8 @@ class MedR2:
             scored = []
             for h, l_x in zip(hits, lo["docs"]):
                 level = levels[_doc_key(h)]["level"]
-                fh, fg, fu = fine.f_h(level), fine.f_g(types[_doc_key(h)], lab["qtype"]), (fine.f_u(lo["init"], l_x) if l_x is not None else 0.0)
+                fh, fg = fine.f_h(level), fine.f_g(types[_doc_key(h)], lab["qtype"])
+                fu = fine.f_u(lo["init"], l_x) if l_x is not None else 0.0
                 scored.append({**h, "evidence_level": level, "f_h": fh, "f_g": fg, "f_u": fu, "l_init": lo["init"],
                                "l_x": l_x, "F": fine.fine_score(fh, fg, fu, cfg.alpha)})
             dropped = fine.drop_conflicting([s["evidence_level"] for s in scored], [s["coarse"] for s in scored],

@@ -208,7 +208,8 @@ def build_spec(benchmark: str, method: str = "medr2", scoring: str = "letters", 
     merged = merge(named.variant(), metadata.pop("method_override", {}) or {})
     cfg = MethodConfig.from_dict(merged, f"{benchmark} method")
     if not isinstance(allow_embedded_roles, bool):
-        raise ConfigError(f"{benchmark}: metadata allow_embedded_roles must be true or false, found {allow_embedded_roles!r}")
+        raise ConfigError(f"{benchmark}: metadata allow_embedded_roles must be true or false, found "
+                          f"{allow_embedded_roles!r}")
     roles_check = check_roles(cfg, target, allow_embedded_roles, f"{benchmark} {method}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0):
         raise ConfigError(f"{benchmark}: metadata limit must be a number >= 0, found {limit!r}")

@@ -70,7 +70,8 @@ def retrieval_query(question: str, reformulation: str | None, cot: str | None,
     if composition not in QUERY_COMPOSITIONS:
         raise ValueError(f"query composition {composition!r}; valid: {', '.join(QUERY_COMPOSITIONS)}")
     reformulated = reformulation if reformulation and reformulation.strip() != question.strip() else None
-    parts = [reformulated or question] if composition == "paper" else [question, *([reformulated] if reformulated else [])]
+    parts = ([reformulated or question] if composition == "paper"
+             else [question, *([reformulated] if reformulated else [])])
     if cot:
         parts.append(cot)
     return "\n".join(parts)

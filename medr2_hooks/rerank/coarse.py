@@ -12,7 +12,8 @@ from ..llm.closed_set import label_distribution
 
 
 def relevance_prompt(question: str, document: str) -> str:
-    return f"Document: {document}\n\nQuestion: {question}\nIs the document relevant to the question (yes or no)? Answer:"
+    return (f"Document: {document}\n\nQuestion: {question}\n"
+            "Is the document relevant to the question (yes or no)? Answer:")
 
 
 class LLMReranker:
@@ -48,7 +49,8 @@ class CrossEncoderReranker:
         self.model_id = f"cross_encoder:{model}@{weights_revision(path)}"
 
     def overlong(self, pairs: list[tuple[str, str]]) -> int:
-        return sum(len(ids) > self.max_length for ids in self.tokenizer([q for q, _ in pairs], [d for _, d in pairs])["input_ids"])
+        encoded = self.tokenizer([q for q, _ in pairs], [d for _, d in pairs])["input_ids"]
+        return sum(len(ids) > self.max_length for ids in encoded)
 
     def score(self, pairs: list[tuple[str, str]]) -> list[float]:
         if not pairs:

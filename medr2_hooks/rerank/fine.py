@@ -137,7 +137,8 @@ def conflicts(backend, document_sets: list[list[str]], cfg: ConflictConfig) -> l
     pairs of every set are judged in one batched call."""
     pairs = [(s, i, j) for s, docs in enumerate(document_sets)
              for i, j in itertools.combinations(range(min(cfg.top, len(docs))), 2)]
-    probs = label_distribution(backend, [conflict_prompt(document_sets[s][i], document_sets[s][j]) for s, i, j in pairs],
+    probs = label_distribution(backend, [conflict_prompt(document_sets[s][i], document_sets[s][j]) for s, i,
+                                         j in pairs],
                                ["yes", "no"], "conflict_judge")
     out: list[list[tuple[int, int, float]]] = [[] for _ in document_sets]
     for (s, i, j), p in zip(pairs, probs):

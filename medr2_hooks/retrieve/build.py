@@ -169,7 +169,8 @@ def build_corpus(recipe: Recipe, folder: Path, log=print) -> dict:
 
     corpus_hash, n_docs, n_passages = write_corpus(folder, segmented())
     if not n_docs:
-        skipped = f"; all input was skipped: {dict(report.counts)} (first: {report.examples[0]})" if report.total else ""
+        skipped = (f"; all input was skipped: {dict(report.counts)} (first: {report.examples[0]})"
+                   if report.total else "")
         raise DataError(f"index {recipe.name}: the sources yield no document "
                         f"({', '.join(i['path'] for i in inputs)}){skipped}")
     pmids.finish()
@@ -205,7 +206,8 @@ def build_dense(recipe: Recipe, store: CorpusStore, folder: Path, corpus_hash: s
         log(f"dense: part {part[0]}/{part[1]}: {len(shards)} shards encoded or found")
         return None
     ntotal = build_faiss(shards, encoder.dim, cfg.factory, folder / "index.faiss", cfg.train_size, on_disk=cfg.on_disk)
-    log(f"dense: {ntotal} vectors of {encoder.dim} dims, FAISS {cfg.factory}" + (" (inverted lists on disk)" * cfg.on_disk))
+    log(f"dense: {ntotal} vectors of {encoder.dim} dims, FAISS {cfg.factory}"
+        + (" (inverted lists on disk)" * cfg.on_disk))
     return {"encoder": encoder.fingerprint, "factory": cfg.factory, "metric": "inner_product", "ntotal": ntotal,
             "on_disk": cfg.on_disk}
 
@@ -228,7 +230,8 @@ def check_factory(factory: str, dim: int, recipe: Recipe) -> None:
             faiss.extract_index_ivf(index)
         except RuntimeError:
             raise ConfigError(f"recipe {recipe.name} ({recipe.folder}): dense.on_disk keeps IVF inverted lists on "
-                              f"disk, but {factory!r} is not an IVF index (e.g. IVF4096,PQ64 or IVF65536,Flat)") from None
+                              f"disk, but {factory!r} is not an IVF index (e.g. IVF4096,PQ64 or IVF65536,Flat)") \
+                from None
 
 
 def build_sparse_bm25(recipe: Recipe, store: CorpusStore, folder: Path, log=print,
@@ -360,7 +363,8 @@ def build(recipe: Recipe, folder: Path | None = None, log=print, resources: Reso
     if recipe.bm25:
         manifest["bm25"] = timed("bm25", build_sparse_bm25, recipe, store, folder / "bm25", resources=resources)
     if recipe.splade:
-        manifest["splade"] = timed("splade", build_sparse_splade, recipe, store, folder / "splade", corpus["corpus_hash"],
+        manifest["splade"] = timed("splade", build_sparse_splade, recipe, store, folder / "splade",
+                                   corpus["corpus_hash"],
                                    resources=resources)
     store.close()
     on_disk = sorted(p for p in folder.rglob("*") if p.is_file() and ".tmp" not in p.name
@@ -386,7 +390,8 @@ def ensure_index(name: str, log=print) -> Path:
     if not (folder / "manifest.json").exists():
         build(load_recipe(name), folder, log=log)
     elif _inputs_touched(folder):
-        log(f"index {name}: an input file changed size or time since the build: checking it (rebuilt if its content changed)")
+        log(f"index {name}: an input file changed size or time since the build: checking it (rebuilt if its "
+            "content changed)")
         build(load_recipe(name), folder, log=log)
     return folder
 

@@ -55,7 +55,8 @@ def _fill_on_disk(trained, arrays: list[np.ndarray], out: Path) -> int:
     blocks, start = [], 0
     for i, a in enumerate(arrays):
         block = faiss.clone_index(trained)
-        block.add_with_ids(np.ascontiguousarray(a, dtype=np.float32), np.arange(start, start + a.shape[0], dtype=np.int64))
+        ids = np.arange(start, start + a.shape[0], dtype=np.int64)
+        block.add_with_ids(np.ascontiguousarray(a, dtype=np.float32), ids)
         start += a.shape[0]
         blocks.append(str(work / f"block-{i:05d}.index"))
         faiss.write_index(block, blocks[-1])

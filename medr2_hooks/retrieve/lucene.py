@@ -151,7 +151,8 @@ class LuceneBM25Index:
 
 
 def impact_vectors(matrix, vocabulary: list[str], quantization: float):
-    """Each row of a CSR matrix of SPLADE weights as ``{term: round(w * quantization)}``, zeros dropped (a generator)."""
+    """Each row of a CSR matrix of SPLADE weights as ``{term: round(w * quantization)}``, zeros dropped (a
+    generator)."""
     for row in range(matrix.shape[0]):
         lo, hi = matrix.indptr[row], matrix.indptr[row + 1]
         weights = np.rint(matrix.data[lo:hi] * quantization).astype(np.int64)

@@ -60,7 +60,8 @@ class Searcher:
         self.retrievers = tuple(retrievers or available)
         missing = [r for r in self.retrievers if r not in available]
         if missing:
-            raise Medr2Error(f"index {self.manifest['name']} has no {missing[0]} retriever; it has: {', '.join(available)}")
+            raise Medr2Error(f"index {self.manifest['name']} has no {missing[0]} retriever; it has: "
+                             f"{', '.join(available)}")
         self.store = CorpusStore(folder / "corpus")
         # The passage table as plain arrays (20 bytes a passage): hit assembly indexes them per hit.
         self.passage_doc = np.ascontiguousarray(self.store.passages["doc"])
@@ -150,7 +151,8 @@ class Searcher:
         from ..llm.embedded import resolve
 
         recipe, out = self.manifest["recipe"], {}
-        limits = {"dense": (recipe.get("dense") or {}).get("encoder"), "splade": (recipe.get("splade") or {}).get("model")}
+        limits = {"dense": (recipe.get("dense") or {}).get("encoder"),
+                  "splade": (recipe.get("splade") or {}).get("model")}
         for name in self.retrievers:
             if name not in limits or not limits[name] or not queries:
                 continue
@@ -209,7 +211,8 @@ class Searcher:
         return results
 
     def _hit(self, fused, passage: int, unit: str) -> Hit:
-        row, start, end = int(self.passage_doc[passage]), int(self.passage_start[passage]), int(self.passage_end[passage])
+        row = int(self.passage_doc[passage])
+        start, end = int(self.passage_start[passage]), int(self.passage_end[passage])
         doc = self.store.doc(row)
         text = doc.text if unit == "document" else doc.text[start:end]
         return Hit(doc.doc_id, doc.title, doc.source_type, doc.language, doc.evidence_level, doc.meta, passage,

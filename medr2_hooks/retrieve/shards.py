@@ -54,7 +54,8 @@ def shard_paths(folder: Path, n: int, shard_size: int, fmt: ShardFormat = NPY) -
 
 
 def encode_shards(folder: Path, n: int, texts: Callable[[int, int], list[str]], encode: Callable, shard_size: int,
-                  identity: dict, progress=None, fmt: ShardFormat = NPY, part: tuple[int, int] | None = None) -> list[Path]:
+                  identity: dict, progress=None, fmt: ShardFormat = NPY, part: tuple[int, int]
+                  | None = None) -> list[Path]:
     """Encode passages ``[0, n)`` shard by shard, skipping shards already on disk for the same ``identity``; a
     truncated or damaged shard counts as missing and is encoded again. ``part=(i, n)``: only shards ``i, i + n,
     …`` (one node of ``medr2 index build --shard i/n``); the others are neither encoded nor returned."""

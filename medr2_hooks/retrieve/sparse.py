@@ -127,7 +127,8 @@ class SpladeEncoder:
 
         from ..llm.local import default_device
 
-        self.name, self.max_length, self.query_max_length, self.batch_size = name, max_length, query_max_length, batch_size
+        self.name, self.max_length, self.query_max_length = name, max_length, query_max_length
+        self.batch_size = batch_size
         self.path = resolve(name)
         devices = [device or default_device()] if device is None or isinstance(device, str) else list(device)
         self.device, self.pool_devices = devices[0], devices if len(devices) > 1 else None
