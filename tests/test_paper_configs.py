@@ -9,7 +9,7 @@ import pytest
 
 from medr2_hooks.config import ConfigError
 from medr2_hooks.experiments.config import Experiment, ModelSpec, load_experiment
-from medr2_hooks.experiments.expand import expand
+from medr2_hooks.experiments.expand import expand, pretrained_of
 
 PAPER = ("table2", "table8", "table9", "table10", "figure4")
 
@@ -81,7 +81,8 @@ def test_table2_fine_tuning_is_three_checkpoints_per_target():
         by_bench = {r.benchmark: r.resolved for r in tuned if r.model == model}
         assert len({v["checkpoint"] for v in by_bench.values()}) == 3
         # cross-dataset: PubMedQA and MMLU-Med are scored on the MedMCQA checkpoint
-        assert by_bench["pubmedqa"]["checkpoint"] == by_bench["mmlu_med"]["checkpoint"] == by_bench["medmcqa"]["checkpoint"]
+        assert by_bench["pubmedqa"]["checkpoint"] == by_bench["mmlu_med"]["checkpoint"] == \
+            by_bench["medmcqa"]["checkpoint"]
         assert f"pretrained={by_bench['medqa_usmle']['checkpoint']}" in next(
             r.model_args for r in tuned if r.model == model and r.benchmark == "medqa_usmle")
         assert f"--model {by_bench['medmcqa']['base_model']}" in by_bench["medmcqa"]["train"]
@@ -112,30 +113,32 @@ def test_a_sweep_refuses_an_untrained_checkpoint_and_says_how_to_train_it(tmp_pa
 
 @pytest.mark.slow
 def test_each_table9_window_packs_more_evidence_than_the_one_below(data_root):
-    """Model-free: the Table 9 retrieval settings on the textbook index, the coarse set in retrieval order,
-    packed per window with the target's tokenizer."""
+    """Model-free: Table 9's paper setting on the textbook index — passages, a coarse set sized per window to 3x
+    its evidence budget (experiments/budget.py), in retrieval order — packed per window with a target tokenizer."""
     import numpy as np
     from transformers import AutoTokenizer
 
     from medr2_hooks import data
     from medr2_hooks.apply.pack import pack
+    from medr2_hooks.experiments.budget import size_candidates
     from medr2_hooks.experiments.config import WINDOWS
     from medr2_hooks.llm.embedded import resolve
     from medr2_hooks.retrieve.build import ensure_index
     from medr2_hooks.retrieve.searcher import Searcher
 
-    settings = load_experiment("table9").method_override
-    assert settings["unit"] == "document" and settings["coarse_k"] >= 2 * settings["retrieve_k"]
+    exp = load_experiment("table9")
+    assert exp.method_override["unit"] == "passage" and exp.candidate_ratio == 3.0
     searcher = Searcher.open(ensure_index("textbooks_demo", log=lambda *_: None))
+    sizes = {w: size_candidates("textbooks_demo", "passage", w, 0.5, exp.candidate_ratio) for w in WINDOWS}
+    assert all(sizes[a] < sizes[b] for a, b in zip(WINDOWS, WINDOWS[1:]))  # S^c grows with the window
     tok = AutoTokenizer.from_pretrained(resolve("embedded:gemma-270m"))
     questions = data.pools("medqa_usmle").eval[:20]
-    hits = searcher.search([q.question for q in questions], k=settings["retrieve_k"], unit="document")
+    hits = searcher.search([q.question for q in questions], k=max(sizes.values()), unit="passage")
     packed = []
     for q, found in zip(questions, hits):
-        coarse = found[: settings["coarse_k"]]
-        ev = [len(ids) for ids in tok([h.text for h in coarse], add_special_tokens=False)["input_ids"]]
+        ev = [len(ids) for ids in tok([h.text for h in found], add_special_tokens=False)["input_ids"]]
         q_tokens = len(tok(q.question)["input_ids"])
-        packed.append([pack(q_tokens, ev, [], w, 0.5).tokens for w in WINDOWS])
+        packed.append([pack(q_tokens, ev[: sizes[w]], [], w, 0.5).tokens for w in WINDOWS])
     increasing = sum(all(a < b for a, b in zip(row, row[1:])) for row in packed)
     print("mean packed tokens per window:", dict(zip(WINDOWS, np.mean(packed, axis=0).round().astype(int).tolist())))
     assert increasing >= 18, f"only {increasing} of 20 questions pack more at every larger window"
@@ -151,19 +154,23 @@ def test_a_rehearsal_keeps_the_grid_and_serves_every_served_role_on_a_stand_in()
     paper_runs = [r for r in expand(paper) if r.benchmark == "medqa_usmle"]
     assert [(r.model, r.method, r.window) for r in runs] == [(r.model, r.method, r.window) for r in paper_runs]
     assert exp.name == "table9_rehearsal" and all(r.limit == 2 for r in runs)
+    stand_in = {m.name: m.model if m.model.startswith("embedded:") else pretrained_of(m) for m in exp.models}
     for run in runs:
-        assert run.lm_model.startswith("embedded:") and run.model_args == ""
+        is_served = run.lm_model == "local-completions"  # the 70B target: served, through its stand-in's server
+        assert is_served == (run.model == "llama3.1-70b")
+        assert is_served or (run.lm_model.startswith("embedded:") and run.model_args == "")
         override = run.metadata.get("method_override")
         if override is None:
             continue
         served = [override["llm"], *override["roles"].values()]
         assert all(s["backend"] == "openai" and s["base_url"].startswith("http://127.0.0.1:") for s in served)
-        assert override["window"] == min(run.window, CONTEXT[run.lm_model], 8192)  # the stand-in's context, CPU cap
+        # the stand-in's context, CPU cap
+        assert override["window"] == min(run.window, CONTEXT[stand_in[run.model]], 8192)
         assert "index" not in override and "coarse" not in override and "target_tokenizer" not in override
         # a target's CoT server is played by the target's own stand-in; the judges by the instruction-tuned one
-        assert override["roles"]["cot"]["model"] == run.lm_model
+        assert override["roles"]["cot"]["model"] == stand_in[run.model]
         assert override["llm"]["model"] == "embedded:smollm2-135m-instruct"
-    assert {r.lm_model for r in runs} == {"embedded:gemma-270m", "embedded:smollm2-135m-instruct"}
+    assert {r.lm_model for r in runs} == {"embedded:gemma-270m", "embedded:smollm2-135m-instruct", "local-completions"}
     assert exp.rehearsal["windows_capped"] == [16384, 32768, 65536, 131072]
     assert expand(rehearsal(paper, Plan()))[-1].resolved["window"] == 4096  # the default CPU cap
     two = rehearsal(paper, Plan(models=("llama3.1-8b", "qwen2.5-14b")))
@@ -208,16 +215,40 @@ def test_a_rehearsal_run_reaches_its_roles_over_http(tmp_path):
             (cache / folder).symlink_to(settings.cache_dir() / folder)
     results = tmp_path / "results"
     env = {**os.environ, "MEDR2_RESULTS_DIR": str(results), "MEDR2_CACHE_DIR": str(cache), "WANDB_MODE": "offline"}
-    name = "table10_rehearsal__qwen2.5-7b__ablation_q__medqa_usmle__w4096"
+    name = "table10_rehearsal__qwen2.5-7b__ablation_q__medqa_usmle__w4096__gen"
     done = subprocess.run([sys.executable, "-m", "medr2_hooks.cli.main", "sweep", "table10", "--rehearse", "--limit",
                            "1", "--port-offset", "7", "--no_wandb", "--run", name], env=env, capture_output=True,
                           text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-6000:]
     record = json.loads((results / "runs" / name / "run.json").read_text())
-    usage = record["prepass"]["medqa_usmle_medr2"]["usage"]
+    usage = record["prepass"]["medqa_usmle_ablation_q_gen"]["usage"]
     served = usage["embedded:smollm2-135m-instruct@http://127.0.0.1:18142/v1"]
     assert served["calls"] > 0 and set(served["by_role"]) >= {"classifier", "reformulator"}
-    assert record["prepass"]["medqa_usmle_medr2"]["config"]["reformulate"] is True
+    assert record["prepass"]["medqa_usmle_ablation_q_gen"]["config"]["reformulate"] is True
     state = json.loads((results / "table10_rehearsal" / "sweep.json").read_text())
     assert state["runs"][name]["status"] == "done"
     assert json.loads((results / "table10_rehearsal" / "experiment.json").read_text())["rehearsal"]["of"] == "table10"
+
+
+def test_table9_serves_its_70b_target_and_the_rehearsal_serves_its_stand_in():
+    """Issue 34.3: a served target (lm-eval's local-completions against vllm serve) in a paper config; its
+    rehearsal runs the same client against the stand-in's medr2 serve; a served target has no finetune cells."""
+    from medr2_hooks.experiments.config import Experiment, ModelSpec, load_experiment
+    from medr2_hooks.experiments.expand import expand
+    from medr2_hooks.experiments.rehearse import GEMMA, Plan, rehearsal, servers_needed
+    from medr2_hooks.lmeval.runner import resolve_model
+
+    exp = load_experiment("table9")
+    served = [r for r in expand(exp) if r.model == "llama3.1-70b"]
+    assert served and all(r.lm_model == "local-completions" for r in served)
+    assert all("base_url=http://localhost:8012/v1/completions" in r.model_args and
+               f"max_length={r.window}" in r.model_args for r in served)
+    rehearsed = rehearsal(exp, Plan(limit=1))
+    target = next(m for m in rehearsed.models if m.name == "llama3.1-70b")
+    assert target.model == "local-completions" and "base_url=http://127.0.0.1:18270/v1/completions" in target.model_args
+    assert rehearsed.rehearsal["models"]["llama3.1-70b"]["served"] is True and GEMMA in servers_needed(rehearsed)
+    model, args = resolve_model(target.model, target.model_args)
+    assert model == "local-completions" and not args["tokenizer"].startswith("embedded:")
+    with pytest.raises(ValueError, match="served target"):
+        Experiment("x", [ModelSpec("m", model="local-completions", model_args="model=m,base_url=http://h/v1")],
+                   ["finetune"], ["medqa_usmle"], finetune={})

@@ -270,3 +270,28 @@ def test_a_served_role_still_works_through_our_backend(server):
     scores = client.score(["The capital of France is"], [" Paris"])
     assert scores[0][0] < 0 and scores[0][1] == 1
     assert client.generate(["1, 2, 3,"], 3, stop=["\n"])[0].strip()
+
+
+def test_a_served_target_runs_through_medr2_eval_with_its_chat_template(tmp_path, monkeypatch):
+    """Issue 34.3: the rehearsal's served target — lm-eval's local-completions client against `medr2 serve`, the
+    tokenizer named as an embedded model, the chat template applied, a generative task — through `medr2 eval`."""
+    from medr2_hooks.llm.hf import HFBackend
+    from medr2_hooks.llm.serve import start_background
+    from medr2_hooks.lmeval.runner import EvalConfig, run_eval
+
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path))
+    httpd, url = start_background(HFBackend(SMOL, batch_size=2), SMOL)
+    try:
+        out = run_eval(EvalConfig(tasks=["medqa_usmle_direct_gen"], model="local-completions",
+                                  model_args=f"model={SMOL},base_url={url}/completions,tokenizer={SMOL},"
+                                             "num_concurrent=2,max_retries=1,max_length=4096",
+                                  limit=1, gen_kwargs="max_gen_toks=16", apply_chat_template=True, wandb=False))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    row = out["samples"]["medqa_usmle_direct_gen"][0]
+    assert row["arguments"]["gen_args_0"]["arg_0"].startswith("<|im_start|>")  # SmolLM2's chat template
+    assert isinstance(row["resps"][0][0], str)
+    record = out["run_record"]
+    assert record["resolved"]["lm_eval_model"] == "local-completions" and record["resolved"]["batch_size"] == 1
+    assert not record["resolved"]["model_args"]["tokenizer"].startswith("embedded:")  # resolved to its folder

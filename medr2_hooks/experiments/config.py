@@ -81,9 +81,17 @@ class Experiment:
                 raise ValueError(f"unknown {kind} {bad[0]!r}; valid {kind}s: {', '.join(map(str, valid))}")
         if not self.models:
             raise ValueError("an experiment needs at least one model")
+        from ..lmeval.runner import SERVED_MODELS
+
+        for model in self.models:
+            if model.model in SERVED_MODELS and ("finetune" in self.methods or model.long_model_args):
+                raise ValueError(f"model {model.name} is a served target ({model.model}): its server fixes the weights "
+                                 "and context (vllm serve flags), so it has no finetune cells or long_model_args; "
+                                 "serve the checkpoint or the long-context model as its own target")
         in_range(self, "limit", 1)
         in_range(self, "candidate_ratio", 1)
-        if self.anchors is not None and not (settings.REPO_ROOT / "experiments" / f"{self.anchors}_numbers.csv").is_file():
+        anchors = settings.REPO_ROOT / "experiments" / f"{self.anchors}_numbers.csv"
+        if self.anchors is not None and not anchors.is_file():
             raise ValueError(f"anchors {self.anchors!r}: no experiments/{self.anchors}_numbers.csv")
         if self.collection is not None:
             from ..evidence.collections import collection

@@ -120,9 +120,13 @@ def _without_pretrained(model_args: str) -> str:
 
 
 def pretrained_of(spec) -> str:
-    """The hub id or folder a model spec loads (``pretrained=`` of its model_args, else its model)."""
-    found = [a.split("=", 1)[1] for a in spec.model_args.split(",") if a.startswith("pretrained=")]
-    return found[0] if found else spec.model
+    """The hub id or folder a model spec loads (``pretrained=`` of its model_args; a served target's ``model=``,
+    the model its server was started with; else its model)."""
+    for key in ("pretrained=", "model="):
+        found = [a.split("=", 1)[1] for a in spec.model_args.split(",") if a.startswith(key)]
+        if found:
+            return found[0]
+    return spec.model
 
 
 def finetune_checkpoint(exp: Experiment, spec, benchmark: str) -> dict:

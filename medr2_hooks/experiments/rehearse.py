@@ -4,7 +4,9 @@ The rehearsal keeps the experiment's grid shape (every model, method and window;
 few items) and the interfaces a GPU run goes through, with each model replaced by an embedded stand-in:
 
 - each target is evaluated by lm-eval's ``hf`` model on a stand-in (LLaMA targets: Gemma-3-270M base; Qwen
-  targets: SmolLM2-135M-Instruct), so the model axis still has two different models;
+  targets: SmolLM2-135M-Instruct), so the model axis still has two different models; a *served* target
+  (``local-completions`` against ``vllm serve``) stays served: lm-eval's same client against its stand-in's
+  ``medr2 serve``, the server its roles use;
 - each *served* role stays served: every endpoint of the target's role set (``roles.yaml``) becomes a ``medr2
   serve`` process over its stand-in (instruction-tuned judges, M_F, classifier, reformulator: SmolLM2-Instruct;
   base-model usefulness proxies: Gemma base; a target's own CoT server: the target's stand-in), reached through
@@ -26,10 +28,12 @@ from .. import data
 from ..config import ConfigError
 from .config import Experiment, ModelSpec, role_set
 from .expand import pretrained_of
+from ..lmeval.runner import SERVED_MODELS
 
 GEMMA, SMOLLM = "embedded:gemma-270m", "embedded:smollm2-135m-instruct"
 CONTEXT = {GEMMA: 32768, SMOLLM: 8192}  # max_position_embeddings of the stand-ins
-PORTS = {GEMMA: 18270, SMOLLM: 18135}  # fixed, so the served roles' ids (model@url) and the stage cache survive restarts
+PORTS = {GEMMA: 18270,
+         SMOLLM: 18135}  # fixed, so the served roles' ids (model@url) and the stage cache survive restarts
 CPU_LOOP = {"iterations": 2, "conflict": {"top": 2}, "max_demos": 1, "cot_max_new_tokens": 32,
             "reformulate_max_new_tokens": 24, "augment_max_new_tokens": 24, "max_doc_tokens": 128}
 CPU_K = {"retrieve_k": 4, "coarse_k": 8}  # at most this many candidates per retriever / in the coarse set
@@ -72,6 +76,14 @@ def served_stand_in(server: dict, target: ModelSpec, target_stand: str) -> str:
     return SMOLLM if "instruct" in model.lower() or "chat" in model.lower() else GEMMA
 
 
+def served_target(stand_in: str, plan: Plan) -> str:
+    """model_args of a served target's rehearsal: lm-eval's same client (local-completions) against its stand-in's
+    ``medr2 serve``, the server its roles use too (as the GPU target shares its CoT role's vllm serve)."""
+    bos = ",add_bos_token=True" if stand_in == GEMMA else ""  # as lm-eval's hf model adds Gemma's BOS
+    return (f"model={stand_in},base_url=http://127.0.0.1:{plan.port(stand_in)}/v1/completions,tokenizer={stand_in},"
+            f"num_concurrent=2,max_retries=1{bos}")
+
+
 def _served(stand_in: str, server: dict, plan: Plan) -> dict:
     return {"backend": "openai", "model": stand_in, "tokenizer": stand_in, "max_length": CONTEXT[stand_in],
             "base_url": f"http://127.0.0.1:{plan.port(stand_in)}/v1", "concurrency": server.get("concurrency", 4)}
@@ -108,9 +120,12 @@ def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
                      "roles": {r: _served(served_stand_in(s, spec, stand), s, plan)
                                for r, s in declared["roles"].items()}}
         cap = min(CONTEXT[stand], plan.window_cap)
-        models.append(ModelSpec(name=spec.name, model=stand, roles=roles, pack_window_cap=cap,
-                                finetuned=CPU_FINETUNED if "finetune" in exp.methods else None))
+        served = spec.model in SERVED_MODELS
+        models.append(ModelSpec(name=spec.name, model=spec.model if served else stand,
+                                model_args=served_target(stand, plan) if served else "", roles=roles,
+                                pack_window_cap=cap, finetuned=CPU_FINETUNED if "finetune" in exp.methods else None))
         mapping[spec.name] = {"target": spec.model_args or spec.model, "stand_in": stand, "pack_window_cap": cap,
+                              "served": served,
                               "roles": {r: s["model"] for r, s in ({"llm": roles["llm"], **roles["roles"]}.items()
                                                                  if roles else [])}}
     # a served judge (RareArena's GPT-4o) becomes the instruction-tuned stand-in, served and reached through chat
@@ -125,7 +140,8 @@ def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
         allow_embedded_roles=False, judge=judge,
         description=f"Rehearsal of {exp.name}: the grid of the paper config on embedded stand-ins ({plan.limit} items "
                     f"of {', '.join(benchmarks)}); accuracies say nothing about the paper's models.",
-        rehearsal={"of": exp.name, "plan": {"limit": plan.limit, "benchmarks": benchmarks, "window_cap": plan.window_cap,
+        rehearsal={"of": exp.name, "plan": {"limit": plan.limit, "benchmarks": benchmarks,
+                                            "window_cap": plan.window_cap,
                             "models": [m.name for m in models]},
                    "models": mapping, "judge": exp.judge, "servers": {m: plan.port(m) for m in CONTEXT},
                    "windows_capped": capped, "cpu_loop": CPU_LOOP, "cpu_k": CPU_K,
@@ -136,4 +152,5 @@ def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
 def servers_needed(exp: Experiment) -> list[str]:
     """The stand-ins that the rehearsal's roles reach over HTTP (one ``medr2 serve`` each)."""
     used = {s["model"] for m in exp.models if m.roles for s in [m.roles["llm"], *m.roles["roles"].values()]}
-    return sorted(used | ({exp.judge["model"]} if exp.judge else set()))
+    targets = {pretrained_of(m) for m in exp.models if m.model in SERVED_MODELS}
+    return sorted(used | targets | ({exp.judge["model"]} if exp.judge else set()))

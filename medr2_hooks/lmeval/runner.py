@@ -33,6 +33,8 @@ EMBEDDED_BATCH_SIZE = {"embedded:gemma-270m": 4, "embedded:smollm2-135m-instruct
 # lm-eval models of this package, registered lazily (lm-eval's placeholders: imported when a run asks for one)
 CONTINUATION_MODEL = "hf-continuation"
 MODELS = {CONTINUATION_MODEL: "medr2_hooks.lmeval.hf_continuation:ContinuationHFLM"}
+# lm-eval's clients of a served target (`vllm serve`, or `medr2 serve` as its stand-in): no weights in this process
+SERVED_MODELS = ("local-completions", "local-chat-completions")
 
 
 def default_batch_size(model: str, tasks: list[str]) -> int | None:
@@ -119,6 +121,8 @@ def resolve_model(model: str, model_args: str) -> tuple[str, dict[str, str]]:
         model = CONTINUATION_MODEL
     elif embedded.is_embedded(args.get("pretrained", "")):
         args["pretrained"] = embedded.resolve(args["pretrained"])
+    if embedded.is_embedded(str(args.get("tokenizer", ""))):  # a served stand-in's tokenizer: its local folder
+        args["tokenizer"] = embedded.resolve(args["tokenizer"])
     return model, args
 
 
@@ -150,7 +154,8 @@ def default_run_name(tasks: list[str], model: str) -> str:
     if len(joined) > 100:
         joined = f"{joined[:80]}+{len(tasks)}tasks-{stable_hash(tasks)[:8]}"
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-    return f"{joined}__{re.sub(r'[^A-Za-z0-9._-]', '-', model)[-60:].lstrip('.-')}__{stamp}-{os.getpid()}-{secrets.token_hex(3)}"
+    safe_model = re.sub(r"[^A-Za-z0-9._-]", "-", model)[-60:].lstrip(".-")
+    return f"{joined}__{safe_model}__{stamp}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 def prepass_records(configs: dict) -> dict:
@@ -214,10 +219,16 @@ def _default_device() -> str:
 
 
 def _git_commit() -> str | None:
+    """HEAD, with ``+dirty`` when tracked files outside ``results/`` differ from it: a number made from
+    uncommitted code does not regenerate from the commit it names, and the record says so."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=settings.REPO_ROOT, capture_output=True,
-                             text=True, timeout=5, check=True)
-        return out.stdout.strip()
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=settings.REPO_ROOT, capture_output=True,
+                              text=True, timeout=5, check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                  ":(exclude)results"],  # results/ changes as runs land: not code
+                                 cwd=settings.REPO_ROOT, capture_output=True, text=True, timeout=10,
+                                 check=True).stdout.strip()
+        return f"{head}+dirty" if changed else head
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -251,7 +262,8 @@ def run_eval(cfg: EvalConfig) -> dict:
     training = fine_tuned(model_args.get("pretrained", ""))
     if training:  # tasks refuse items the checkpoint was trained on; the cost goes beside the accuracy
         metadata["trained_items"] = training["trained_items"]
-    embedded_name = cfg.model if embedded.is_embedded(cfg.model) else parse_model_args(cfg.model_args).get("pretrained", "")
+    embedded_name = (cfg.model if embedded.is_embedded(cfg.model)
+                     else parse_model_args(cfg.model_args).get("pretrained", ""))
     if training:  # a checkpoint fine-tuned from an embedded model keeps its base model's safe batch size
         embedded_name = training["recipe"]["model"]
     # what the target is, for the pre-pass's rule on embedded roles behind a non-embedded target
@@ -260,6 +272,8 @@ def run_eval(cfg: EvalConfig) -> dict:
     device = cfg.device or _default_device()
     # lm-eval's "auto" probes for the largest batch that fits a GPU; on a CPU it grows until the machine swaps
     batch_size = cfg.batch_size or default_batch_size(embedded_name, cfg.tasks) or ("auto" if device != "cpu" else 4)
+    if lm_model in SERVED_MODELS:  # lm-eval's API clients: requests per call; concurrency is num_concurrent
+        batch_size = cfg.batch_size or 1
     name = cfg.run_name or default_run_name(cfg.tasks, cfg.model)
     out_dir = Path(cfg.output_path) if cfg.output_path else settings.results_dir() / "runs" / name
 
@@ -348,7 +362,8 @@ def _samples_table(rows: list[dict]):
     for row in rows:
         args = row.get("arguments", {})
         first = next(iter(args.values()), {}) if isinstance(args, dict) else {}
-        table.add_data(row["doc_id"], row.get("doc", {}).get("id"), row.get("filter"), first.get("arg_0"), str(row.get("target")),
+        table.add_data(row["doc_id"], row.get("doc", {}).get("id"), row.get("filter"), first.get("arg_0"),
+                       str(row.get("target")),
                        json.dumps(row.get("filtered_resps"), default=str), *[row.get(m) for m in metrics])
     return table
 
