@@ -38,7 +38,8 @@ def test_every_question_type_maps_to_genres_and_process_is_included():
 
 
 def test_f_g_sums_the_expected_genres():
-    probs = {c: 0.0 for c in fine.DOC_TYPES} | {"process": 0.25, "instruction": 0.15, "definition": 0.4, "comparison": 0.2}
+    probs = {c: 0.0 for c in fine.DOC_TYPES} | {"process": 0.25, "instruction": 0.15, "definition": 0.4,
+                                                "comparison": 0.2}
     assert fine.f_g(probs, "procedural") == pytest.approx(0.40)  # process + instruction
     assert fine.f_g(probs, "definition") == pytest.approx(0.40)  # definition
     assert fine.f_g(probs, "comparative") == pytest.approx(0.20)
@@ -177,7 +178,8 @@ def test_llm_amt_and_vanilla_rag_tasks_select_their_stage_compositions():
     amt = _task_method("medqa_usmle_llm_amt")
     assert amt["pipeline"] == "llm_amt" and amt["method"] == "llm_amt"
     rag = _task_method("medqa_usmle_vanilla_rag_gen")
-    assert (rag["retrievers"], rag["classify"], rag["reformulate"], rag["rerank"], rag["cot"]) == (["dense"], False, False, False, False)
+    assert (rag["retrievers"], rag["classify"], rag["reformulate"], rag["rerank"], rag["cot"]) == \
+        (["dense"], False, False, False, False)
     qr = _task_method("nejmqa_ablation_qr")
     assert (qr["method"], qr["reformulate"], qr["rerank"], qr["cot"]) == ("ablation_qr", True, True, False)
 
@@ -211,3 +213,23 @@ def test_reformulations_that_repeat_their_prompt_are_detected():
     assert not echoes_prompt(q, "therapy", f"{TASK} {INSTRUCTIONS['diagnosis']}")  # not this question's prompt
     assert not echoes_prompt(q, "therapy", "ceftriaxone disseminated gonococcal infection septic arthritis treatment")
     assert not echoes_prompt(q, "therapy", "")
+
+
+def test_delta_sensitivity_recomputes_where_recorded_loops_stop():
+    """Issue 28: the stops under other δ from the recorded iterations (exact for smaller δ; larger δ marks loops
+    that would have run past their record)."""
+    from medr2_hooks import loop
+
+    def it(t, acc, mu, docs=("d",)):
+        return {"t": t, "acc": acc, "mu": mu, "doc_ids": list(docs)}
+
+    states = [
+        {"iterations": [it(1, 1.0, None), it(2, 1.0, 0.1)], "stopped_at": 2},  # ratio 10 > 6.85: stops at 2
+        {"iterations": [it(1, 1.0, None), it(2, 1.0, 0.2), it(3, 0.0, 0.01)], "stopped_at": None},  # ratio 5, 0
+        {"iterations": [it(1, 1.0, None), it(2, 1.0, 0.5, docs=())], "stopped_at": 2},  # nothing retrieved
+    ]
+    got = loop.delta_sensitivity(states, 6.85)
+    assert got["1"] == {"delta": 6.85, "2": 2, "ran_all": 1}  # the recorded stops, reproduced
+    assert got["0.5"] == {"delta": 3.425, "2": 3}  # ratio 5 > 3.4: the second loop would stop at 2 too
+    assert got["2"] == {"delta": 13.7, "2": 1, "beyond_record": 1, "ran_all": 1}  # 10 < 13.7: would go on
+    assert loop.stop_under(states[1]["iterations"], float("inf")) is None

@@ -23,7 +23,7 @@ from ..fs import atomic_write_text
 from .config import Experiment
 from .expand import Run, expand
 from .sweep import read_record, read_summary, run_dir, summary_path
-from .report_sections import (anchor_table, cache_reuse, evidence_tables, grading_table, loop_table,
+from .report_sections import (anchor_table, cache_reuse, delta_table, evidence_tables, grading_table, loop_table,
                               packed_tokens_table, rehearsal_header, setting_lines)
 from ..stats import mcnemar, paired_bootstrap
 
@@ -100,7 +100,9 @@ def _from_folder(run: Run) -> dict | None:
     reused = bool(((record.get("prepared") or {}).get(run.task) or {}).get("reused"))
     paid = [] if reused else prepass
     return {"metric": name if where == "none" else f"{name} ({where})", "score": metric[1], "items": items,
-            "orphanet_top5": None if lower is None else 100 * float(lower), "judge": (record.get("judge") or {}).get(run.task), "wall_seconds": record.get("wall_seconds"),
+            "orphanet_top5": None if lower is None else 100 * float(lower),
+            "judge": (record.get("judge") or {}).get(run.task),
+            "wall_seconds": record.get("wall_seconds"),
             "prepass_seconds": sum(p["wall_seconds"] for p in paid) if prepass else None,
             "model_calls": sum(u["calls"] for p in paid for u in p["usage"].values()) if prepass else None,
             "prompt_tokens": sum(u["prompt_tokens"] for p in paid for u in p["usage"].values()) if prepass else None,
@@ -222,7 +224,8 @@ def figures(exp: Experiment, rows: list[dict], runs: list[Run], done: dict, out:
     fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(exp.benchmarks) * max(1, len(first)) / 4, 3.2))
     width = 0.8 / max(1, len(first))
     for i, r in enumerate(first):
-        ax.bar(np.arange(len(exp.benchmarks)) + i * width, [r[b] or 0 for b in exp.benchmarks], width, label=r["method"])
+        ax.bar(np.arange(len(exp.benchmarks)) + i * width, [r[b] or 0 for b in exp.benchmarks], width,
+               label=r["method"])
     ax.set_xticks(np.arange(len(exp.benchmarks)) + 0.4 - width / 2, exp.benchmarks)
     ax.set_ylabel("accuracy (%)")
     ax.set_title(f"{exp.name}: {rows[0]['model']}, window {rows[0]['window']} (missing cells drawn at 0)")
@@ -267,7 +270,8 @@ def check_no_loss(exp: Experiment, done: dict) -> None:
     from ..errors import Medr2Error
 
     path = settings.results_dir() / exp.name / "report.md"
-    found = re.search(r"^Runs with results: (\d+) of", path.read_text(encoding="utf-8"), re.M) if path.is_file() else None
+    found = re.search(r"^Runs with results: (\d+) of", path.read_text(encoding="utf-8"),
+                      re.M) if path.is_file() else None
     if found and int(found.group(1)) > len(done):
         raise Medr2Error(f"{path} holds {found.group(1)} runs with results, but only {len(done)} have results here "
                          f"(run folders in {settings.results_dir() / 'runs'} or summaries in {path.parent / 'runs'}): "
@@ -313,7 +317,8 @@ def render(exp: Experiment, force: bool = False, allow_subset: bool = False) -> 
     if exp.limit is not None:
         md.append(f"\nItems: the first {exp.limit} of each benchmark (a fixed slice, not the benchmarks' scores).\n")
     if partial:
-        md.append("\nSUBSET RUNS (--allow-subset; their cells are not the benchmarks' scores): " + ", ".join(partial) + "\n")
+        md.append("\nSUBSET RUNS (--allow-subset; their cells are not the benchmarks' scores): " + ", ".join(partial)
+                  + "\n")
     md.append(setting_lines(exp, runs))
     md += [f"\nRuns with results: {len(done)} of {len(runs)}; missing cells are "
           f"marked {MISSING}. Accuracy in % (RareArena: top-5 recall, by the run's LLM judge where it had one, else "
@@ -322,6 +327,7 @@ def render(exp: Experiment, force: bool = False, allow_subset: bool = False) -> 
           markdown_table(exp, rows)]
     md += packed_tokens_table(runs, done)
     md += loop_table(runs, done)
+    md += delta_table(runs, done)
     md += evidence_tables(exp, runs, done)
     if exp.anchors:
         md += anchor_table(exp)
@@ -329,25 +335,32 @@ def render(exp: Experiment, force: bool = False, allow_subset: bool = False) -> 
     if top1:
         md.append("\n## RareArena top-1 recall (%)\n\n" + markdown_table(exp, result_rows(exp, runs, top1)))
     md += grading_table(runs, done)
-    md.append(f"\n## Paired statistics (against {reference}, same items)\n\n| model | window | benchmark | method | n | "
+    md.append(f"\n## Paired statistics (against {reference}, same items)\n\n| model | window | benchmark | "
+              "method | n | "
               "Δ acc (pts) | 95% CI | McNemar p |\n|---|---|---|---|---|---|---|---|\n")
     md += [f"| {s['model']} | {s['window']} | {s['benchmark']} | {s['method']} | {s['n']} | {s['diff']:+.2f} | "
            f"[{s['low']:+.2f}, {s['high']:+.2f}] | {s['mcnemar_p']:.3g} |\n" for s in stats]
-    md.append("\n## Invalid answers and cost\n\n| run | invalid (%) | wall s | pre-pass s | model calls | prompt tokens | "
+    md.append("\n## Invalid answers and cost\n\n| run | invalid (%) | wall s | pre-pass s | model calls | "
+              "prompt tokens | "
               "training |\n|---|---|---|---|---|---|---|\n")
     for run in runs:
         got = done.get(run.name)
         if got:
             train = got["finetune"]
-            train_text = f"{train['train_seconds']} s, {train['tokens']} tokens, {train['steps']} steps" if train else ""
+            train_text = (f"{train['train_seconds']} s, {train['tokens']} tokens, {train['steps']} steps"
+                          if train else "")
             invalid = "n/a (log-likelihood)" if got["invalid"] is None else f"{got['invalid']:.1f}"
-            md.append(f"| {run.name} | {invalid} | {got['wall_seconds']} | {'0 (packs reused)' if got.get('packs_reused') else got['prepass_seconds'] or ''} | "
-                      f"{got['model_calls'] if got['model_calls'] is not None else ''} | {got['prompt_tokens'] or ''} | {train_text} |\n")
+            md.append(f"| {run.name} | {invalid} | {got['wall_seconds']} | "
+                      f"{'0 (packs reused)' if got.get('packs_reused') else got['prepass_seconds'] or ''} | "
+                      f"{got['model_calls'] if got['model_calls'] is not None else ''} | "
+                      f"{got['prompt_tokens'] or ''} | "
+                      f"{train_text} |\n")
     reuse = cache_reuse(runs, done)
     if reuse:
         md.append("\n## Stage-cache reuse across windows\n\nPre-pass seconds of all windows of a model and method over "
                   "those of its most expensive window (1.0 = the other windows cost nothing beyond packing):\n\n")
-        md += [f"- {r['model']} {r['method']} {r['benchmark']}: {r['windows']} windows, {r['total']:.1f} s / {r['max']:.1f} s "
+        md += [f"- {r['model']} {r['method']} {r['benchmark']}: {r['windows']} windows, {r['total']:.1f} s / "
+               f"{r['max']:.1f} s "
                f"= {r['ratio']:.3f}x\n" for r in reuse]
     if paper:
         cells, errata = paper_table(paper)
@@ -363,7 +376,8 @@ def render(exp: Experiment, force: bool = False, allow_subset: bool = False) -> 
         md += [f"| {w} | {m} | {meth} | " + " | ".join(v.get(c, MISSING) for c in cols) + " |\n"
                for (w, m, meth), v in grouped.items()]
         md.append("\nErrata (printed average ≠ mean of the printed cells; shown as printed above, not corrected):\n\n")
-        md += [f"- Table {e['table']}, {e['model']}, {e['method']}, window {e['window']}: printed {e['printed_average']}, "
+        md += [f"- Table {e['table']}, {e['model']}, {e['method']}, window {e['window']}: printed "
+               f"{e['printed_average']}, "
                f"cells give {e['mean_of_cells']} (paper text line {e['paper_line']})\n" for e in errata] or ["- none\n"]
     if missing:
         md.append("\nMissing runs: " + ", ".join(missing) + "\n")

@@ -59,7 +59,8 @@ def corpus_line(index: str) -> str:
 
 def loop_table(runs: list[Run], done: dict) -> list[str]:
     """Per run of a looping method: how many items stopped at each iteration of Alg. 2 (``none``: ran all)."""
-    rows = [(r, done[r.name]["loop"]) for r in runs if r.name in done and (done[r.name].get("loop") or {}).get("stopped_at")]
+    rows = [(r, done[r.name]["loop"]) for r in runs
+            if r.name in done and (done[r.name].get("loop") or {}).get("stopped_at")]
     if not rows:
         return []
     width = max(len(loop["stopped_at"]) for _, loop in rows)
@@ -70,7 +71,28 @@ def loop_table(runs: list[Run], done: dict) -> list[str]:
         stops = loop["stopped_at"]
         mus = ", ".join(f"{t}: {q[1]:.3f}" for t, q in loop.get("mu", {}).items())
         md.append(f"| {run.model} | {run.method} | {run.benchmark} | {run.window} | "
-                  + " | ".join(str(stops.get(str(t), MISSING)) for t in range(1, width)) + f" | {stops['none']} | {mus} |\n")
+                  + " | ".join(str(stops.get(str(t), MISSING)) for t in range(1, width))
+                  + f" | {stops['none']} | {mus} |\n")
+    return md
+
+
+def delta_table(runs: list[Run], done: dict) -> list[str]:
+    """Per looping run: where its recorded loops stop under other values of δ (the pre-pass record's
+    ``loop.delta_sensitivity``), so a reader sees whether δ = 6.85, fitted by the paper on its own embedding
+    space, decides anything in this one."""
+    rows = [(r, done[r.name]["loop"]["delta_sensitivity"]) for r in runs
+            if r.name in done and (done[r.name].get("loop") or {}).get("delta_sensitivity")]
+    if not rows:
+        return []
+    factors = list(rows[0][1])
+    md = ["\n## δ sensitivity (items per stopping iteration under f·δ; exact for f ≤ 1, for f > 1 `beyond` counts "
+          "loops that stopped but would have gone on)\n\n| model | method | benchmark | window | "
+          + " | ".join(f"{f}·δ = {rows[0][1][f]['delta']:g}" for f in factors) + " |\n|"
+          + "---|" * (len(factors) + 4) + "\n"]
+    for run, sens in rows:
+        cells = [", ".join(f"{'t' + k if k.isdigit() else k.replace('_record', '').replace('ran_all', 'all T')}: {v}"
+                           for k, v in sens[f].items() if k != "delta") for f in factors]
+        md.append(f"| {run.model} | {run.method} | {run.benchmark} | {run.window} | " + " | ".join(cells) + " |\n")
     return md
 
 
@@ -83,7 +105,8 @@ def rehearsal_header(exp: Experiment) -> list[str]:
         roles = ", ".join(f"{role}: {model.removeprefix('embedded:')}" for role, model in m["roles"].items())
         md.append(f"| {name} (`{m['target']}`) | {m['stand_in']} | {m['pack_window_cap']} | {roles} |\n")
     if r["windows_capped"]:
-        md.append(f"\nWindows {', '.join(map(str, r['windows_capped']))} exceed a stand-in's context or the rehearsal's "
+        capped = ", ".join(map(str, r["windows_capped"]))
+        md.append(f"\nWindows {capped} exceed a stand-in's context or the rehearsal's "
                   f"window cap ({r['plan']['window_cap']} tokens, CPU time): those cells are packed at the cap above "
                   "and keep the paper's window label.\n")
     if r["replaced"]:
@@ -129,11 +152,14 @@ def evidence_tables(exp: Experiment, runs: list[Run], done: dict) -> list[str]:
 
     weak = [(r, done[r.name]["evidence"]) for r in runs if r.name in done
             and "answer_in_evidence" in (done[r.name].get("evidence") or {})]
-    rows = [(r, done[r.name]["evidence"]) for r in runs if r.name in done and (done[r.name].get("evidence") or {}).get("stages")]
+    rows = [(r, done[r.name]["evidence"]) for r in runs
+            if r.name in done and (done[r.name].get("evidence") or {}).get("stages")]
     md = []
     if weak:
-        md.append("\n## Answer text in the packed evidence (no relevance judgements: a weak signal, not evidence quality)"
-                  "\n\n| model | method | benchmark | window | n | gold option's text in the evidence |\n|---|---|---|---|---|---|\n")
+        md.append("\n## Answer text in the packed evidence (no relevance judgements: a weak signal, not "
+                  "evidence quality)"
+                  "\n\n| model | method | benchmark | window | n | gold option's text in the evidence "
+                  "|\n|---|---|---|---|---|---|\n")
         md += [f"| {r.model} | {r.method} | {r.benchmark} | {r.window} | {ev['n']} | {ev['answer_in_evidence']:.2f} |\n"
                for r, ev in weak]
     if not rows:
@@ -147,7 +173,8 @@ def evidence_tables(exp: Experiment, runs: list[Run], done: dict) -> list[str]:
             got = ev["stages"].get(stage)
             cells.append(" / ".join(f"{got[m]:.2f}" for m in EVIDENCE_MEASURES) if got else MISSING)
         n = max((s["n"] for s in ev["stages"].values()), default=0)
-        md.append(f"| {run.model} | {run.method} | {run.benchmark} | {run.window} | {n} | " + " | ".join(cells) + " |\n")
+        md.append(f"| {run.model} | {run.method} | {run.benchmark} | {run.window} | {n} | " + " | ".join(cells)
+                  + " |\n")
     reference = next((m for m in ("vanilla_rag", "medrag") if m in exp.methods), None)
     by_cell = {(r.model, r.benchmark, r.window, r.method): ev for r, ev in rows}
     pairs = []
@@ -160,7 +187,8 @@ def evidence_tables(exp: Experiment, runs: list[Run], done: dict) -> list[str]:
             shared = sorted(set(a) & set(b))
             if shared:
                 ci = paired_bootstrap([a[q] for q in shared], [b[q] for q in shared])
-                pairs.append(f"| {model} | {bench} | {window} | {method} | {measure} | {len(shared)} | {ci['diff']:+.3f} | "
+                pairs.append(f"| {model} | {bench} | {window} | {method} | {measure} | {len(shared)} | "
+                             f"{ci['diff']:+.3f} | "
                              f"[{ci['low']:+.3f}, {ci['high']:+.3f}] |\n")
     if pairs:
         md.append(f"\nPacked evidence against {reference} (same questions; bootstrap 95% CI):\n\n| model | benchmark | "
@@ -182,10 +210,12 @@ def anchor_table(exp: Experiment) -> list[str]:
     grouped: dict[tuple, dict] = defaultdict(dict)
     for r in rows:
         grouped[(r["system"], r["method"], r["corpus"], r["retriever"])][r["benchmark"]] = r["value"]
-    md = [f"\n## Published anchors ({path.name}: {exp.anchors.upper()}'s leaderboard; their scorer counts an unparsable "
+    md = [f"\n## Published anchors ({path.name}: {exp.anchors.upper()}'s leaderboard; their scorer counts "
+          "an unparsable "
           "answer as \"A\", ours as [invalid])\n\n| system | method | corpus | retriever | " + " | ".join(cols)
           + " |\n|" + "---|" * (len(cols) + 4) + "\n"]
-    md += [f"| {s} | {m} | {c or MISSING} | {r or MISSING} | " + " | ".join(v.get(col, MISSING) for col in cols) + " |\n"
+    md += [f"| {s} | {m} | {c or MISSING} | {r or MISSING} | " + " | ".join(v.get(col, MISSING) for col in cols)
+           + " |\n"
            for (s, m, c, r), v in grouped.items()]
     return md
 
@@ -199,7 +229,8 @@ def grading_table(runs: list[Run], done: dict) -> list[str]:
     md = ["\n## RareArena grading (top-5 recall, %)\n\nThe judge grades as RareArena's authors do (score 2: the case's "
           "diagnosis or Orphanet name, a synonym or equivalent); the Orphanet match credits only names the Orphanet "
           "tree holds, so it is a lower bound. Without a judge (experiment `judge:`, or `--metadata "
-          "'{\"judge\": {...}}'`) the table shows the lower bound.\n\n| run | graded by | top-5 | Orphanet lower bound | "
+          "'{\"judge\": {...}}'`) the table shows the lower bound.\n\n| run | graded by | top-5 | Orphanet "
+          "lower bound | "
           "judge replies unparseable |\n|---|---|---|---|---|\n"]
     for run, got in rows:
         judge = got.get("judge") or {}

@@ -107,13 +107,15 @@ def prepare(m: MedR2, benchmark: str, questions: list[Question], demos: list[Dem
         for q, q_tokens, s, r in zip(questions, question_tokens, q_states, reasoning):
             evidence = s.get("evidence", [])
             ev_tokens = m.target_tokens([f"[{i}] {h['text']}\n" for i, h in enumerate(evidence, 1)])
-            packed = pack(q_tokens, ev_tokens, demo_tokens, m.cfg.window, m.cfg.evidence_share, 16 + m.cfg.answer_tokens)
+            packed = pack(q_tokens, ev_tokens, demo_tokens, m.cfg.window, m.cfg.evidence_share, 16
+                          + m.cfg.answer_tokens)
             m.counts["question_over_window"] += packed.question_over_window
             used = [evidence[i] for i in packed.evidence]
             runs.add_packed(q.id, used, s["stopped_at"] or len(s["iterations"]))
             prefix = "".join(demo_texts[i] for i in packed.demos) + render_evidence([h["text"] for h in used])
             packs.append({
-                "prefix": prefix, "reasoning": r, "evidence": [evidence_record(h) for h in used], "effective_k": len(used),
+                "prefix": prefix, "reasoning": r, "evidence": [evidence_record(h) for h in used],
+                          "effective_k": len(used),
                 "n_demos": len(packed.demos), "prompt_tokens": packed.tokens, "cot": s["cot"],
                 "iterations": s["iterations"], "stopped_at": s["stopped_at"], "labels": s["labels"],
                 "reformulation": s["reformulation"], "reference": s["reference"],
@@ -121,14 +123,15 @@ def prepare(m: MedR2, benchmark: str, questions: list[Question], demos: list[Dem
             if answers_in_json:  # MedRAG's prompt numbers the documents itself (lmeval.medr2.doc_to_text_medrag)
                 packs[-1]["evidence_texts"] = [h["text"] for h in used]
     record = m.run_record(started, len(questions), len(demos))
-    record["loop"] = loop_summary(q_states, m.cfg.iterations if m.cfg.cot else 1)
+    record["loop"] = loop_summary(q_states, m.cfg.iterations if m.cfg.cot else 1, m.cfg.delta)
     record["stage_runs"] = runs.for_items({q.id for q in questions})
     return packs, record
 
 
-def loop_summary(states: list[dict], rounds: int) -> dict:
-    """Where Alg. 2 stopped (items per stopping iteration; ``none``: ran all ``rounds``) and μ per iteration
-    (quartiles over the items that reached it)."""
+def loop_summary(states: list[dict], rounds: int, delta: float) -> dict:
+    """Where Alg. 2 stopped (items per stopping iteration; ``none``: ran all ``rounds``), μ per iteration
+    (quartiles over the items that reached it) and where it would have stopped under other δ
+    (:func:`medr2_hooks.loop.delta_sensitivity`)."""
     stopped = {str(t): 0 for t in range(1, rounds + 1)} | {"none": 0}
     mus: dict[int, list[float]] = {}
     for s in states:
@@ -137,4 +140,5 @@ def loop_summary(states: list[dict], rounds: int) -> dict:
             if it["mu"] is not None:
                 mus.setdefault(it["t"], []).append(it["mu"])
     return {"stopped_at": stopped, "mu": {str(t): [round(float(q), 4) for q in np.quantile(v, [0.25, 0.5, 0.75])]
-                                          for t, v in sorted(mus.items())}}
+                                          for t, v in sorted(mus.items())},
+            "delta_sensitivity": loop.delta_sensitivity(states, delta)}
