@@ -255,3 +255,23 @@ def test_a_run_that_reused_packs_costs_no_pre_pass(tmp_path, monkeypatch):
     assert (first["prepass_seconds"], first["model_calls"], first["prompt_tokens"]) == (300.0, 14, 9000)
     assert (second["prepass_seconds"], second["model_calls"], second["packs_reused"]) == (0, 0, True)
     assert first["packed_tokens"] == second["packed_tokens"] == 3815.0
+
+
+def test_report_refuses_a_subset_run_in_a_whole_benchmark_cell_unless_asked(tmp_path, monkeypatch):
+    """Issue 35: a run that evaluated 3 of 2,535 items never fills a cell meant for the benchmark silently."""
+    import dataclasses
+
+    from medr2_hooks.errors import Medr2Error
+    from medr2_hooks.experiments.report import render
+
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path))
+    exp = dataclasses.replace(load_experiment("table10_embedded"), limit=None)
+    run = next(r for r in expand(exp) if r.method == "direct")
+    _fake_run(run, [1, 0, 1])
+    record = json.loads((tmp_path / "runs" / run.name / "run.json").read_text())
+    record["subset"] = {run.task: {"items": 3, "of": 2535}}
+    (tmp_path / "runs" / run.name / "run.json").write_text(json.dumps(record))
+    with pytest.raises(Medr2Error, match=r"1 runs evaluated a subset: .*\(3 of 2535 items\).*--allow_subset"):
+        render(exp)
+    report = (render(exp, allow_subset=True) / "report.md").read_text()
+    assert f"SUBSET RUNS (--allow_subset; their cells are not the benchmarks' scores): {run.name} (3 of 2535" in report

@@ -289,7 +289,7 @@ def check_subsets(exp: Experiment, done: dict, allow: bool) -> list[str]:
                if got.get("subset")]
     if partial and not allow:
         raise Medr2Error(f"{exp.name} asks for whole benchmarks, but {len(partial)} runs evaluated a subset: "
-                         f"{', '.join(partial[:5])}; re-run them without a limit, or pass --allow-subset to show "
+                         f"{', '.join(partial[:5])}; re-run them without a limit, or pass --allow_subset to show "
                          "them, marked as subsets")
     return partial
 
@@ -317,7 +317,7 @@ def render(exp: Experiment, force: bool = False, allow_subset: bool = False) -> 
     if exp.limit is not None:
         md.append(f"\nItems: the first {exp.limit} of each benchmark (a fixed slice, not the benchmarks' scores).\n")
     if partial:
-        md.append("\nSUBSET RUNS (--allow-subset; their cells are not the benchmarks' scores): " + ", ".join(partial)
+        md.append("\nSUBSET RUNS (--allow_subset; their cells are not the benchmarks' scores): " + ", ".join(partial)
                   + "\n")
     md.append(setting_lines(exp, runs))
     md += [f"\nRuns with results: {len(done)} of {len(runs)}; missing cells are "
