@@ -78,8 +78,8 @@ def loop_table(runs: list[Run], done: dict) -> list[str]:
 
 def delta_table(runs: list[Run], done: dict) -> list[str]:
     """Per looping run: where its recorded loops stop under other values of δ (the pre-pass record's
-    ``loop.delta_sensitivity``), so a reader sees whether δ = 6.85, fitted by the paper on its own embedding
-    space, decides anything in this one."""
+    ``loop.delta_sensitivity``), so a reader sees whether the paper's δ (MethodConfig.delta), fitted on the
+    paper's own embedding space, decides anything in this one."""
     rows = [(r, done[r.name]["loop"]["delta_sensitivity"]) for r in runs
             if r.name in done and (done[r.name].get("loop") or {}).get("delta_sensitivity")]
     if not rows:
