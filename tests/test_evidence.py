@@ -177,3 +177,25 @@ def test_answer_text_in_the_evidence_is_a_labelled_weak_signal():
              "q3": ""}
     assert answer_in_evidence(texts, {"q1": "ceftriaxone", "q2": "Imatinib", "q3": "x"}) == \
         {"q1": 1.0, "q2": 0.0, "q3": 0.0}
+
+
+def test_the_own_article_summary_reaches_the_evidence_record_and_the_report():
+    from medr2_hooks.evidence.scores import summarize
+    from medr2_hooks.experiments.expand import Run
+    from medr2_hooks.experiments.report_sections import own_article_table
+    from medr2_hooks.pipeline.stage_runs import own_article_summary
+
+    ranks = {"q1": {"dense": 1, "bm25": 3, "fused": 1}, "q2": {"dense": None, "bm25": 40, "fused": 77},
+             "q3": {"dense": None, "bm25": None, "fused": None}}
+    own = own_article_summary(ranks)
+    assert own["by_retriever"] == {
+        "bm25": {"at_1": 0, "within_10": 1, "within_100": 2, "median_rank": 21.5},
+        "dense": {"at_1": 1, "within_10": 1, "within_100": 1, "median_rank": 1.0},
+        "fused": {"at_1": 1, "within_10": 1, "within_100": 2, "median_rank": 39.0}}
+    record = {"index": {"name": "textbooks_demo"}, "benchmark": "pubmedqa", "own_article": own}
+    got = summarize({"pubmedqa_vanilla_rag": record})["pubmedqa_vanilla_rag"]
+    assert got["own_article"]["n"] == 3 and "ranks" not in got["own_article"]  # per-question ranks stay in the record
+    run = Run("e", "gemma-270m", "vanilla_rag", "pubmedqa", 4096, "pubmedqa_vanilla_rag", "hf", "", None)
+    table = "".join(own_article_table([run], {run.name: {"evidence": got}}))
+    assert "| gemma-270m | vanilla_rag | pubmedqa | 3 | fused | 1 | 1 | 2 (of 100) | 39 |" in table
+    assert own_article_table([run], {run.name: {"evidence": {}}}) == []

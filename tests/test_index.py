@@ -240,6 +240,41 @@ def test_pubmedqa_own_pmid_is_excluded_per_query(searcher, corpus_files):
     assert len(without_own) >= 10
 
 
+def test_the_excluded_own_article_says_where_it_would_have_ranked(searcher, corpus_files, tmp_path):
+    """PubMedQA excludes a question's own abstract; the pre-pass records where a search of the stem would have
+    ranked it (per retriever and fused), cached like any stage, summarised for the report."""
+    from medr2_hooks.cache import StageCache
+    from medr2_hooks.data.record import Question
+    from medr2_hooks.pipeline.config import MethodConfig
+    from medr2_hooks.pipeline.medr2 import MedR2
+    from medr2_hooks.pipeline.stage_runs import own_article_summary
+
+    _, subset = corpus_files
+    (pmid, item), (other, _) = list(subset.items())[:2]
+    stem = item["QUESTION"]
+    none, own, missing = searcher.own_ranks([stem, stem, stem], [None, pmid, "0"], depth=20)
+    assert none == {}
+    assert own["fused"] == 1  # the stem finds its own abstract first (test_pubmedqa_own_pmid_is_excluded_per_query)
+    assert set(own) == {*searcher.retrievers, "fused"} and all(1 <= r <= 20 for r in own.values())
+    assert missing == {name: None for name in (*searcher.retrievers, "fused")}  # a PMID the index does not hold
+    (hits,) = searcher.search([stem], k=20, unit="document", fusion="union")
+    for name in searcher.retrievers:  # the rank is the article's place in that retriever's own document list
+        mine = [h for h in hits if h.doc_id == f"pmid:{pmid}"][0]
+        assert own[name] == mine.ranks[name] + 1
+
+    m = MedR2(MethodConfig(), cache=StageCache(tmp_path / "stages.sqlite"), searcher=searcher)
+    yes_no = {"A": "yes", "B": "no"}
+    questions = [Question("a", stem, yes_no, "en", pmid), Question("b", subset[other]["QUESTION"], yes_no, "en", other),
+                 Question("c", stem, yes_no, "en")]
+    ranks = m.own_article_ranks(questions)
+    assert set(ranks) == {"a", "b"} and ranks["a"]["fused"] == 1
+    assert m.own_article_ranks(questions) == ranks and m.cache.stats["own_rank:hit"] == 2
+    summary = own_article_summary(ranks)
+    assert summary["n"] == 2 and summary["by_retriever"]["fused"]["at_1"] == sum(r["fused"] == 1
+                                                                                for r in ranks.values())
+    assert list(summary["by_retriever"])[-1] == "fused" and summary["ranks"] == ranks
+
+
 def test_searching_with_another_encoder_is_refused(small_index):
     from medr2_hooks.retrieve.encoders import DenseEncoder
     from medr2_hooks.retrieve.searcher import Searcher

@@ -83,19 +83,22 @@ def summarize(prepass: dict) -> dict:
 
     out = {}
     for task, record in prepass.items():
+        own = (record or {}).get("own_article")
+        if own:  # PubMedQA: where the excluded own abstract would have ranked (not evidence the target saw)
+            out[task] = {"own_article": {k: v for k, v in own.items() if k != "ranks"}}
         col = for_index(((record or {}).get("index") or {}).get("name", ""))
         runs = (record or {}).get("stage_runs") or {}
         if col is None:
             weak = answer_recall(record or {})
             if weak is not None:
-                out[task] = weak
+                out[task] = {**out.get(task, {}), **weak}
             continue
         if not runs.get("folder") or not Path(runs["folder"]).is_dir():
             continue
         stages = {s: read_run(Path(runs["folder"]) / f"{s}.trec") for s in runs["stages"]
                   if s == "packed" or s.endswith(".final")}
         scored = stage_scores(task, stages, col.qrels(), record["identity"]["eval_ids"])
-        out[task] = {"collection": col.name, "stages": {
+        out[task] = {**out.get(task, {}), "collection": col.name, "stages": {
             r.stage: {"n": r.n, **{m: round(v, 4) for m, v in r.means.items()},
                       "items": {m: {q: round(v, 4) for q, v in r.items[m].items()} for m in PAIRED}}
             for r in scored}}

@@ -162,6 +162,7 @@ def evidence_tables(exp: Experiment, runs: list[Run], done: dict) -> list[str]:
                   "|\n|---|---|---|---|---|---|\n")
         md += [f"| {r.model} | {r.method} | {r.benchmark} | {r.window} | {ev['n']} | {ev['answer_in_evidence']:.2f} |\n"
                for r, ev in weak]
+    md += own_article_table(runs, done)
     if not rows:
         return md
     md += [f"\n## Evidence against {rows[0][1]['collection']} (gold PubMed ids; R@10 / nDCG@10 / gold in the list)\n\n"
@@ -194,6 +195,25 @@ def evidence_tables(exp: Experiment, runs: list[Run], done: dict) -> list[str]:
         md.append(f"\nPacked evidence against {reference} (same questions; bootstrap 95% CI):\n\n| model | benchmark | "
                   "window | method | measure | n | Δ | 95% CI |\n|---|---|---|---|---|---|---|---|\n")
         md += pairs
+    return md
+
+
+def own_article_table(runs: list[Run], done: dict) -> list[str]:
+    """PubMedQA runs: where each question's own abstract, excluded from its evidence, would have ranked for a search
+    of the question stem (per retriever and fused): how much of the benchmark the exclusion takes away."""
+    rows = [(r, done[r.name]["evidence"]["own_article"]) for r in runs
+            if r.name in done and (done[r.name].get("evidence") or {}).get("own_article")]
+    if not rows:
+        return []
+    md = ["\n## The question's own article, excluded from its evidence: where it would have ranked\n\n"
+          "| model | method | benchmark | n | ranking | at 1 | within 10 | within depth | median rank |\n"
+          "|---|---|---|---|---|---|---|---|---|\n"]
+    for run, own in rows:
+        depth = own["depth"]
+        for name, got in own["by_retriever"].items():
+            median = MISSING if got["median_rank"] is None else f"{got['median_rank']:g}"
+            md.append(f"| {run.model} | {run.method} | {run.benchmark} | {own['n']} | {name} | {got['at_1']} | "
+                      f"{got['within_10']} | {got[f'within_{depth}']} (of {depth}) | {median} |\n")
     return md
 
 

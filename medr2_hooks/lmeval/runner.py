@@ -394,6 +394,8 @@ def _log_wandb(cfg: EvalConfig, name: str, results: dict, samples: dict | None, 
                         for m, v in scores.items() if m not in ("items", "n")})
         if "answer_in_evidence" in got:
             logger.run.log({f"{task}/evidence/answer_in_evidence": got["answer_in_evidence"]})
+        for name, own in ((got.get("own_article") or {}).get("by_retriever") or {}).items():
+            logger.run.log({f"{task}/evidence/own_article/{name}/{k}": v for k, v in own.items() if v is not None})
     # lm-eval 0.4.13's WandbLogger.log_eval_samples fails on its own sample format; a table per task here.
     for task_name, rows in (samples or {}).items():
         logger.run.log({f"{task_name}/samples": _samples_table(rows)})

@@ -26,7 +26,7 @@ from ..llm.closed_set import label_distribution
 from ..reformulate import usable
 from .evidence import evidence_record, render_evidence, select_evidence
 from .medr2 import GENERATION_VERSION, MedR2
-from .stage_runs import StageRuns
+from .stage_runs import StageRuns, own_article_summary
 
 
 def rewrite_prompt(backend: Backend, question: str) -> str:
@@ -140,4 +140,7 @@ def prepare(m: MedR2, benchmark: str, questions: list[Question], demos: list[Dem
             })
     record = m.run_record(started, len(questions), 0)
     record["stage_runs"] = runs.for_items({q.id for q in questions})
+    own = m.own_article_ranks(questions)  # PubMedQA: where the excluded own abstract would have ranked
+    if own:
+        record["own_article"] = own_article_summary(own)
     return packs, record

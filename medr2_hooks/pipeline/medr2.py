@@ -230,6 +230,20 @@ class MedR2:
         self.counts["no_documents_retrieved"] += sum(not hits for hits in out)
         return out
 
+    def own_article_ranks(self, questions: list[Question], depth: int = 100) -> dict[str, dict[str, int | None]]:
+        """For questions whose own article is excluded from their evidence (PubMedQA): where it would have ranked
+        for a search of the question stem, per retriever and fused (``Searcher.own_ranks``), by question id."""
+        todo = [q for q in questions if q.exclude_pmid and q.question.strip()]
+        if not todo:
+            return {}
+        manifest = self.searcher.manifest
+        config = {"index": [manifest["recipe_hash"], manifest["corpus_hash"]], "depth": depth,
+                  "retrievers": list(self.searcher.retrievers)}
+        found = self.cached("own_rank", [[q.question, q.exclude_pmid] for q in todo], config,
+                            lambda items: self.searcher.own_ranks([x[0] for x in items], [x[1] for x in items], depth),
+                            batch_size=256)
+        return {q.id: ranks for q, ranks in zip(todo, found)}
+
     def relevance(self, queries: list[str], candidates: list[list[dict]],
                   scorer: str | None = None) -> list[list[float]]:
         """A relevance score per (query, candidate): the cross-encoder's sigmoid score, or the LLM judge's

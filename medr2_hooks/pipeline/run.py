@@ -15,7 +15,7 @@ from ..data.record import Demo, Question
 from ..reformulate import iteration_query
 from .evidence import evidence_record, render_demo, render_evidence, select_evidence
 from .medr2 import MedR2
-from .stage_runs import StageRuns
+from .stage_runs import StageRuns, own_article_summary
 
 
 def iterate(m: MedR2, questions: list[Question], runs: StageRuns | None = None) -> list[dict]:
@@ -125,6 +125,9 @@ def prepare(m: MedR2, benchmark: str, questions: list[Question], demos: list[Dem
     record = m.run_record(started, len(questions), len(demos))
     record["loop"] = loop_summary(q_states, m.cfg.iterations if m.cfg.cot else 1, m.cfg.delta)
     record["stage_runs"] = runs.for_items({q.id for q in questions})
+    own = m.own_article_ranks(questions)  # PubMedQA: where the excluded own abstract would have ranked
+    if own:
+        record["own_article"] = own_article_summary(own)
     return packs, record
 
 

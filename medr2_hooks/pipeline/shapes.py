@@ -12,6 +12,7 @@ STAGE_SHAPES: dict[str, object] = {
     "reformulate": {"query": str, "fallback": bool},
     "reference": {"label": str, "text": str},
     "retrieve": [{"doc_id": str, "text": str, "passage": int, "source_type": str}],
+    "own_rank": dict,
     "coarse": float,
     "evidence_level": {"level": int},
     "doc_type": dict,

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from ..fs import atomic_write_text, safe_component
 
 
@@ -47,6 +49,19 @@ class StageRuns:
 
     def for_items(self, ids: set[str]) -> dict[str, dict[str, list[str]]]:
         return {stage: {q: r for q, r in rows.items() if q in ids} for stage, rows in sorted(self.lists.items())}
+
+
+def own_article_summary(ranks: dict[str, dict[str, int | None]], depth: int = 100) -> dict:
+    """Where the questions' excluded own articles would have ranked (``MedR2.own_article_ranks``): per retriever and
+    fused, how many questions had it at rank 1, within 10, within ``depth``, and its median rank among those found;
+    with the per-question ranks."""
+    names = sorted({name for r in ranks.values() for name in r}, key=lambda n: (n == "fused", n))
+    per = {}
+    for name in names:
+        got = sorted(r[name] for r in ranks.values() if r.get(name) is not None)
+        per[name] = {"at_1": sum(x == 1 for x in got), "within_10": sum(x <= 10 for x in got),
+                     f"within_{depth}": len(got), "median_rank": float(np.median(got)) if got else None}
+    return {"n": len(ranks), "depth": depth, "query": "question stem", "by_retriever": per, "ranks": ranks}
 
 
 def trec_text(rows: dict[str, list[str]], run_name: str) -> str:

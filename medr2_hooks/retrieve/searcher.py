@@ -210,6 +210,26 @@ class Searcher:
             results.append([self._hit(f, best_passage[f.key] if unit == "document" else f.key, unit) for f in fused])
         return results
 
+    def own_ranks(self, queries: list[str], pmids: list[str | None], depth: int = 100) -> list[dict[str, int | None]]:
+        """Where each query's excluded article (``pmids``: PubMedQA's own abstract) would have ranked had it not been
+        excluded: per retriever and for the reciprocal-rank fusion of their top ``depth`` documents, its 1-based
+        document rank, or None beyond ``depth`` (or when the index does not hold it). A query without a PMID gets
+        ``{}``."""
+        todo = [i for i, p in enumerate(pmids) if p]
+        out: list[dict[str, int | None]] = [{} for _ in queries]
+        if not todo:
+            return out
+        # the union of each retriever's top ``depth`` documents, in reciprocal-rank-fusion order
+        hits = self.search([queries[i] for i in todo], k=depth, unit="document", fusion="union")
+        for i, row in zip(todo, hits):
+            own = self.pmids.rows(pmids[i])
+            found = next(((rank, h) for rank, h in enumerate(row, 1) if int(self.passage_doc[h.passage]) in own),
+                         None)
+            out[i] = {name: (found[1].ranks[name] + 1 if found and name in found[1].ranks else None)
+                      for name in self.retrievers}
+            out[i]["fused"] = found[0] if found and found[0] <= depth else None
+        return out
+
     def _hit(self, fused, passage: int, unit: str) -> Hit:
         row = int(self.passage_doc[passage])
         start, end = int(self.passage_start[passage]), int(self.passage_end[passage])
