@@ -275,6 +275,34 @@ def test_the_excluded_own_article_says_where_it_would_have_ranked(searcher, corp
     assert list(summary["by_retriever"])[-1] == "fused" and summary["ranks"] == ranks
 
 
+@pytest.mark.parametrize("name", ["dense", "bm25"])
+def test_one_retrievers_hits_are_its_own_top_k_assembled_when_read(small_index, corpus_files, name):
+    """One retriever, passages: its own top k under either fusion, with its scores and ranks, the question's own
+    article excluded; documents are read from the store only when a query's hits are first read."""
+    from medr2_hooks.retrieve.searcher import Searcher
+
+    s = Searcher.open(small_index, retrievers=(name,))
+    scores, rows = s._ranked(name, QUERIES, 10)
+    for fusion in ("union", "rrf"):
+        got = s.search(QUERIES, k=10, fusion=fusion)
+        for qi, hits in enumerate(got):
+            expected = [(r, sc) for r, sc in zip(rows[qi].tolist(), scores[qi].tolist()) if r >= 0][:10]
+            assert len(hits) == len(expected)
+            assert [(h.passage, h.scores[name]) for h in hits] == expected
+            assert [(h.ranks, h.fused) for h in hits] == [({name: i}, round(rrf_score(i), 6))
+                                                         for i in range(len(expected))]
+    pmid, item = next(iter(corpus_files[1].items()))
+    (mine,), (without,) = s.search([item["QUESTION"]], k=5), s.search([item["QUESTION"]], k=5, exclude_pmids=[pmid])
+    assert mine[0].doc_id == f"pmid:{pmid}" and f"pmid:{pmid}" not in {h.doc_id for h in without}
+    others = [h.passage for h in mine if h.doc_id != f"pmid:{pmid}"]  # its article has several passages
+    assert len(without) == 5 and [h.passage for h in without][:len(others)] == others
+    reads = []
+    s.store.doc = lambda row, doc=s.store.doc: (reads.append(row), doc(row))[1]
+    lazy = s.search(QUERIES, k=10)
+    assert reads == [] and len(lazy[0]) == 10
+    assert lazy[0][0].text and len(reads) == 10  # the first query's ten hits, nothing of the others
+
+
 def test_searching_with_another_encoder_is_refused(small_index):
     from medr2_hooks.retrieve.encoders import DenseEncoder
     from medr2_hooks.retrieve.searcher import Searcher

@@ -11,6 +11,7 @@ removes a question's own article (PubMedQA) per query. ``unit="passage"`` return
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from ..errors import Medr2Error
 from .build import LUCENE, index_dir, load_manifest
-from .hybrid import RRF_K, best_per_document, fuse
+from .hybrid import RRF_K, Fused, best_per_document, fuse, rrf_score
 
 UNITS = ("passage", "document")
 RETRIEVERS = ("dense", "bm25", "splade")
@@ -48,6 +49,37 @@ class Hit:
         if with_text:
             out["text"] = self.text
         return out
+
+
+class Hits(Sequence[Hit]):
+    """One query's ranked hits. ``Searcher.search`` finds every query's rows and scores at once; a query's hits
+    (documents read from the corpus store) are assembled when the list is first read, all at once."""
+
+    __slots__ = ("_make", "_n", "_hits")
+
+    def __init__(self, make, n: int):
+        self._make, self._n, self._hits = make, n, None
+
+    def _all(self) -> list[Hit]:
+        if self._hits is None:
+            self._hits = self._make()
+            self._make = None
+        return self._hits
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        return self._all()[i]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other) if isinstance(other, (list, Hits)) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Hits({self._all()!r})"
 
 
 class Searcher:
@@ -174,7 +206,7 @@ class Searcher:
 
     def search(self, queries: list[str], k: int = 10, unit: str = "passage", fusion: str = "union",
                depth: int | None = None, exclude_pmids: list[str | None] | None = None,
-               rrf_k: int = RRF_K) -> list[list[Hit]]:
+               rrf_k: int = RRF_K) -> list[Hits]:
         """Per query, the fused hits. ``union``: each retriever's top ``k`` merged (up to ``k`` × retrievers);
         ``rrf``: the top ``k`` by reciprocal rank fusion over each retriever's top ``depth`` (default
         ``max(2k, 100)``)."""
@@ -186,10 +218,12 @@ class Searcher:
         if len(exclude_pmids) != len(queries):
             raise Medr2Error("exclude_pmids needs one entry per query")
         per = k if fusion == "union" else (depth or max(2 * k, 100))
-        excluded = [self._excluded_rows(p) for p in exclude_pmids]
-        extra = max((int(sum(self.ranges[r, 1] - self.ranges[r, 0] for r in ex)) for ex in excluded), default=0)
+        excluded = [self._excluded_rows(p) if p else set() for p in exclude_pmids]
+        extra = max((int(sum(self.ranges[r, 1] - self.ranges[r, 0] for r in ex)) for ex in excluded if ex), default=0)
         fetch = per * (4 if unit == "document" else 1) + extra  # documents: several passages each
         ranked = {name: self._ranked(name, queries, fetch) for name in self.retrievers}
+        if len(self.retrievers) == 1 and unit == "passage":
+            return self._one_retriever(ranked, excluded, k, rrf_k)
         results = []
         for qi in range(len(queries)):
             lists, best_passage = {}, {}
@@ -207,8 +241,30 @@ class Searcher:
                 else:
                     lists[name] = keep[:per]
             fused = fuse(lists, fusion, k, rrf_k)
-            results.append([self._hit(f, best_passage[f.key] if unit == "document" else f.key, unit) for f in fused])
+            results.append(Hits(lambda fused=fused, best=best_passage: [
+                self._hit(f, best[f.key] if unit == "document" else f.key, unit) for f in fused], len(fused)))
         return results
+
+    def _one_retriever(self, ranked: dict, excluded: list[set[int]], k: int, rrf_k: int) -> list["Hits"]:
+        """Passages from one retriever: its own order, whatever the fusion (both keep its top ``k``), found with
+        whole-batch array operations; each query's hits are assembled when first read."""
+        (name, (scores, rows)), = ranked.items()
+        valid = rows >= 0
+        count = valid.sum(axis=1)
+        plain = (valid.cumprod(axis=1).sum(axis=1) == count).tolist()  # the missing rows (-1) only at the end
+        results = []
+        for qi, (n, ex, ok) in enumerate(zip(np.minimum(count, k).tolist(), excluded, plain)):
+            if ex or not ok:
+                keep = valid[qi] & ~np.isin(self.passage_doc[np.maximum(rows[qi], 0)], list(ex))
+                r, sc = rows[qi][keep][:k], scores[qi][keep][:k]
+                results.append(Hits(lambda r=r, sc=sc: self._hits_of(name, r, sc, rrf_k), len(r)))
+            else:
+                results.append(Hits(lambda qi=qi, n=n: self._hits_of(name, rows[qi, :n], scores[qi, :n], rrf_k), n))
+        return results
+
+    def _hits_of(self, name: str, rows: np.ndarray, scores: np.ndarray, rrf_k: int) -> list[Hit]:
+        return [self._hit(Fused(row, {name: score}, {name: rank}, rrf_score(rank, rrf_k)), row, "passage")
+                for rank, (row, score) in enumerate(zip(rows.tolist(), scores.tolist()))]
 
     def own_ranks(self, queries: list[str], pmids: list[str | None], depth: int = 100) -> list[dict[str, int | None]]:
         """Where each query's excluded article (``pmids``: PubMedQA's own abstract) would have ranked had it not been

@@ -101,11 +101,13 @@ class BM25Index:
         tokens = bm25_tokenize(queries, self.stopwords)
         rows = np.full((len(queries), k), -1, dtype=np.int64)
         scores = np.zeros((len(queries), k), dtype=np.float32)
-        known = [i for i, t in enumerate(tokens) if self.retriever.get_tokens_ids(t)]
+        ids = [self.retriever.get_tokens_ids(t) for t in tokens]  # a query with no known term has no hits
+        known = [i for i, t in enumerate(ids) if t]
         if known:
             threads = -1 if self.backend == "numba" else 0  # numba: its parallel kernel on every core
-            res_rows, res_scores = self.retriever.retrieve([tokens[i] for i in known], k=k, show_progress=False,
-                                                           n_threads=threads)
+            # numba takes the ids (looked up once); bm25s' numpy path takes the tokens
+            given = [(ids if self.backend == "numba" else tokens)[i] for i in known]
+            res_rows, res_scores = self.retriever.retrieve(given, k=k, show_progress=False, n_threads=threads)
             rows[known], scores[known] = res_rows, res_scores
         rows[scores <= 0] = -1
         scores[rows < 0] = 0.0
