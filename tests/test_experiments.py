@@ -124,6 +124,9 @@ def test_wandb_sweep_spec_lists_the_same_runs():
     runs = expand(load_experiment("table9_embedded"))
     spec = wandb_sweep_spec("table9_embedded", "experiments/table9_embedded.yaml", runs)
     assert spec["parameters"]["run"]["values"] == [r.name for r in runs] and spec["method"] == "grid"
+    # an agent's run is a sweep run: group = the experiment, tagged as the report run is (medr2 report --wandb)
+    assert spec["command"][:3] == ["medr2", "sweep", "experiments/table9_embedded.yaml"]
+    assert all(r.experiment == "table9_embedded" and r.tags[0] == "experiment:table9_embedded" for r in runs)
 
 
 def test_mcnemar_and_bootstrap_against_hand_computed_values():

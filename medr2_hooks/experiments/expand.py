@@ -21,6 +21,11 @@ from .config import LONG_WINDOW, Experiment, role_set
 PAPER_CANDIDATE_RATIO = 3.0  # S^c tokens over the evidence budget that a paper config must reach
 
 
+def experiment_tag(name: str) -> str:
+    """The W&B tag of every run of an experiment (sweep, ``wandb agent`` and report runs alike; group: its name)."""
+    return f"experiment:{name}"
+
+
 @dataclass(frozen=True)
 class Run:
     experiment: str
@@ -46,7 +51,8 @@ class Run:
 
     @property
     def tags(self) -> list[str]:
-        return [f"model:{self.model}", f"method:{self.method}", f"benchmark:{self.benchmark}", f"window:{self.window}"]
+        return [experiment_tag(self.experiment), f"model:{self.model}", f"method:{self.method}",
+                f"benchmark:{self.benchmark}", f"window:{self.window}"]
 
     def to_json(self) -> dict:
         return {"name": self.name, **asdict(self)}

@@ -22,6 +22,7 @@ from .. import settings
 from ..errors import Medr2Error
 from ..fs import atomic_write_text
 from .config import Experiment
+from .expand import experiment_tag
 
 PROJECT = "medr2"  # the project every evaluation run logs to (lmeval.runner.EvalConfig.wandb_project)
 TABLES = ("results", "paper", "paired_statistics", "cost", "evidence")
@@ -79,8 +80,9 @@ def log_report_run(exp: Experiment, out: Path) -> dict:
     folder = settings.results_dir()
     folder.mkdir(parents=True, exist_ok=True)
     run = wandb.init(project=PROJECT, group=exp.name, job_type="report", name=f"{exp.name}__report",
-                     tags=[exp.name, "report"], dir=str(folder), mode=os.environ.get("WANDB_MODE", "offline"),
-                     config={"experiment": exp.to_json()}, reinit="create_new")
+                     tags=[experiment_tag(exp.name), "report"], dir=str(folder),
+                     mode=os.environ.get("WANDB_MODE", "offline"), config={"experiment": exp.to_json()},
+                     reinit="create_new")
     try:
         run.log({name: wandb.Table(columns=cols, data=rows) for name, (cols, rows) in tables.items()})
         run.log({f"figure/{path.stem}": wandb.Image(str(path)) for path in figures})
