@@ -100,6 +100,11 @@ def bench_dense_and_bm25(index: str, queries: list[str], k: int, repeat: int) ->
         out["dense"] = {"ours_qps": len(queries) / t_ours, "raw_qps": len(queries) / t_raw, "ratio": t_raw / t_ours,
                         "ours_read_qps": len(queries) / t_read, "ratio_read": t_raw / t_read,
                         "assembly_us_per_hit": 1e6 * (t_read - t_ours) / (len(queries) * k)}
+        raw_scores, raw_rows = raw_index.search(vectors, k)
+        hits = ours.search(queries, k=k)
+        out["dense"]["identical_top_k"] = bool(
+            np.array_equal([[h.passage for h in q] for q in hits], raw_rows)
+            and np.allclose([[h.scores["dense"] for h in q] for q in hits], raw_scores, rtol=0, atol=1e-6))
 
     ours_bm25 = Searcher.open(folder, retrievers=("bm25",))
     ours_bm25.search(queries[:2], k=k)  # load, and compile bm25s' numba kernels once (~9 s)
@@ -115,16 +120,24 @@ def bench_dense_and_bm25(index: str, queries: list[str], k: int, repeat: int) ->
                           "read": lambda: read_all(ours_bm25.search(queries, k=k)),
                           "raw": raw_search, "numba": lambda: raw_search(raw_numba, -1)}, repeat)
     t_ours, t_read, t_raw, t_numba = t["ours"], t["read"], t["raw"], t["numba"]
-    raw_rows, raw_scores = raw_search()
+    numba_rows, numba_scores = raw_search(raw_numba, -1)
+    numpy_rows, numpy_scores = raw_search()
     hits = ours_bm25.search(queries, k=k)
     our_rows = [[h.passage for h in q] for q in hits]
     our_scores = [[h.scores["bm25"] for h in q] for q in hits]
+    full = all(len(r) == k for r in our_rows)  # every query matched at least k passages (else rows are -1 there)
     out["bm25"] = {"ours_qps": len(queries) / t_ours, "raw_qps": len(queries) / t_raw, "ratio": t_raw / t_ours,
                    "raw_numba_qps": len(queries) / t_numba, "ratio_vs_raw_numba": t_numba / t_ours,
                    "ours_read_qps": len(queries) / t_read, "ratio_read_vs_raw_numba": t_numba / t_read,
                    "assembly_us_per_hit": 1e6 * (t_read - t_ours) / (len(queries) * k),
-                   "identical_top_k": bool(np.array_equal(np.asarray(our_rows), raw_rows)
-                                           and np.allclose(np.asarray(our_scores), raw_scores, rtol=0, atol=1e-6))}
+                   # the numba backend our searcher uses: same rows and scores
+                   "identical_top_k": full and bool(np.array_equal(np.asarray(our_rows), numba_rows)
+                                                    and np.allclose(our_scores, numba_scores, rtol=0, atol=1e-6)),
+                   # bm25s' numpy backend: the same scores; documents with equal scores may come in another order
+                   "same_scores_as_numpy_backend": full and bool(np.allclose(our_scores, numpy_scores, rtol=0,
+                                                                             atol=1e-6)),
+                   "queries_ordering_ties_unlike_numpy": int((np.asarray(our_rows) != numpy_rows).any(axis=1).sum())
+                   if full else None}
     return out
 
 
@@ -253,10 +266,12 @@ def main() -> None:
         if "dense" in s:
             d = s["dense"]
             print(f"dense search  ours {d['ours_qps']:9.1f} q/s  raw faiss {d['raw_qps']:9.1f} q/s  ratio "
-                  f"{d['ratio']:.2f}x (goal >= 0.9); every hit read: {d['ours_read_qps']:.1f} q/s, ratio "
+                  f"{d['ratio']:.2f}x (goal >= 0.9), identical top-k: {d['identical_top_k']}; every hit read: {d['ours_read_qps']:.1f} q/s, ratio "
                   f"{d['ratio_read']:.2f}x, assembly {d['assembly_us_per_hit']:.1f} us/hit")
         print(f"bm25 search   ours {b['ours_qps']:9.1f} q/s  raw bm25s numba {b['raw_numba_qps']:9.1f} q/s  ratio "
-              f"{b['ratio_vs_raw_numba']:.2f}x (goal >= 0.9), identical top-k: {b['identical_top_k']}; every hit "
+              f"{b['ratio_vs_raw_numba']:.2f}x (goal >= 0.9), identical top-k: {b['identical_top_k']} (numpy backend: "
+              f"same scores {b['same_scores_as_numpy_backend']}, ties ordered otherwise in "
+              f"{b['queries_ordering_ties_unlike_numpy']} queries); every hit "
               f"read: {b['ours_read_qps']:.1f} q/s, ratio {b['ratio_read_vs_raw_numba']:.2f}x, assembly "
               f"{b['assembly_us_per_hit']:.1f} us/hit; raw bm25s numpy backend {b['raw_qps']:.1f} q/s: ratio "
               f"{b['ratio']:.2f}x")
