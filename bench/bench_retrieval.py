@@ -266,7 +266,8 @@ def main() -> None:
         if "dense" in s:
             d = s["dense"]
             print(f"dense search  ours {d['ours_qps']:9.1f} q/s  raw faiss {d['raw_qps']:9.1f} q/s  ratio "
-                  f"{d['ratio']:.2f}x (goal >= 0.9), identical top-k: {d['identical_top_k']}; every hit read: {d['ours_read_qps']:.1f} q/s, ratio "
+                  f"{d['ratio']:.2f}x (goal >= 0.9), identical top-k: {d['identical_top_k']}; every hit read: "
+                  f"{d['ours_read_qps']:.1f} q/s, ratio "
                   f"{d['ratio_read']:.2f}x, assembly {d['assembly_us_per_hit']:.1f} us/hit")
         print(f"bm25 search   ours {b['ours_qps']:9.1f} q/s  raw bm25s numba {b['raw_numba_qps']:9.1f} q/s  ratio "
               f"{b['ratio_vs_raw_numba']:.2f}x (goal >= 0.9), identical top-k: {b['identical_top_k']} (numpy backend: "
