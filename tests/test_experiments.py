@@ -10,6 +10,9 @@ import pytest
 from medr2_hooks.config import ConfigError
 from medr2_hooks.experiments.config import Experiment, ModelSpec, load_experiment
 from medr2_hooks.experiments.expand import expand
+from medr2_hooks.settings import REPO_ROOT
+
+REPO_RESULTS = REPO_ROOT / "results"
 
 
 @pytest.mark.parametrize("name, runs", [
@@ -278,3 +281,24 @@ def test_report_refuses_a_subset_run_in_a_whole_benchmark_cell_unless_asked(tmp_
         render(exp)
     report = (render(exp, allow_subset=True) / "report.md").read_text()
     assert f"SUBSET RUNS (--allow_subset; their cells are not the benchmarks' scores): {run.name} (3 of 2535" in report
+
+
+@pytest.mark.parametrize("folder", sorted(p.parent.name for p in (REPO_RESULTS.glob("*/report.md"))))
+def test_every_committed_report_regenerates_from_its_committed_summaries(folder, tmp_path, monkeypatch):
+    """``medr2 report`` of each committed experiment (its recorded config where one is kept beside the report, else
+    its YAML) finds as many runs with results in the committed summaries alone as the committed report shows: a
+    fresh clone regenerates every number (pre-registry ablation summaries count under their old task name)."""
+    import re
+    import shutil
+
+    from medr2_hooks.experiments.report import load_runs
+
+    shutil.copytree(REPO_RESULTS / folder / "runs", tmp_path / folder / "runs")  # no run folders: summaries only
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path))
+    recorded = REPO_RESULTS / folder / "experiment.json"
+    if recorded.is_file():  # a rehearsal (found by name) or a twin run under an earlier config: as recorded
+        shutil.copy(recorded, tmp_path / folder / "experiment.json")
+    exp = load_experiment(str(tmp_path / folder / "experiment.json") if recorded.is_file() else folder)
+    shown = re.search(r"^Runs with results: (\d+) of (\d+)", (REPO_RESULTS / folder / "report.md").read_text(), re.M)
+    runs = expand(exp)
+    assert (len(load_runs(runs)), len(runs)) == (int(shown[1]), int(shown[2]))

@@ -50,11 +50,20 @@ def read_json_file(path: Path, needs: str) -> dict | None:
     return obj
 
 
+def summary_tasks(run: Run) -> tuple[str, ...]:
+    """The task names a committed summary of ``run`` may carry: its task, and for a letter-scored ablation the name
+    it ran under before the method registry (``<benchmark>_medr2`` with the ablation's switches as its method
+    override, which the expansion always set: the same settings as the registry's ``<benchmark>_<ablation>``)."""
+    if run.method.startswith("ablation_") and run.scoring == "letters":
+        return run.task, f"{run.benchmark}_medr2"
+    return (run.task,)
+
+
 def read_summary(run: Run) -> dict | None:
     """The run's committed summary, when it is readable and of this run's task (a summary of another task, e.g.
     made before the cell's scoring changed, counts as missing)."""
     found = read_json_file(summary_path(run), "summary")
-    return found if found is not None and found.get("task") == run.task else None
+    return found if found is not None and found.get("task") in summary_tasks(run) else None
 
 
 def read_record(run: Run) -> dict | None:
