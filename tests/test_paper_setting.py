@@ -166,3 +166,12 @@ def test_a_served_roles_identity_holds_its_servers_settings():
         for server in servers:
             server.shutdown()
             server.server_close()
+
+
+def test_reports_state_each_corpus_by_its_documents_source_types():
+    from medr2_hooks.experiments.report_sections import corpus_line
+
+    assert "(source types: book, entry, guideline, paper" in corpus_line("medcorp")  # the paper's four
+    assert "(source types: book" in corpus_line("textbooks_demo")
+    for papers in ("bioasq_gold", "pubmedqa_abstracts"):  # PubMed snippets and abstracts, not books
+        assert "(source types: paper" in corpus_line(papers)

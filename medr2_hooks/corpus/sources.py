@@ -254,6 +254,19 @@ def bioasq_gold(paths: str, base: Path, report: SkipReport, language: str = "en"
                        meta={"pmid": pmid, "source": "bioasq golden snippets"})
 
 
+# The source type of every document a reader yields, where the reader fixes it (the others take a ``source_type``
+# option: medrag_jsonl defaults to book; generic_jsonl rows may carry their own).
+READER_SOURCE_TYPES = {"medqa_textbooks": "book", "meditron_guidelines": "guideline", "pubmedqa_contexts": "paper",
+                       "bioasq_gold": "paper"}
+
+
+def declared_source_type(reader: str, options: dict) -> str:
+    """What a recipe source's documents are, as a report states it ("per row" when generic_jsonl rows say)."""
+    if reader in READER_SOURCE_TYPES:
+        return READER_SOURCE_TYPES[reader]
+    return options.get("source_type") or ("book" if reader == "medrag_jsonl" else "per row")
+
+
 READERS = {
     "medqa_textbooks": medqa_textbooks,
     "medrag_jsonl": medrag_jsonl,

@@ -42,13 +42,13 @@ def corpus_line(index: str) -> str:
     from .. import settings
     from ..config import ConfigError
     from ..corpus.recipe import find_recipe, load_recipe
+    from ..corpus.sources import declared_source_type
 
     try:
         recipe = load_recipe(str(find_recipe(index)))
     except ConfigError:
         return f"{index} (a recipe outside index/)"
-    kinds = sorted({s.options.get("source_type", "guideline" if "guideline" in s.reader else "book")
-                    for s in recipe.sources})
+    kinds = sorted({declared_source_type(s.reader, s.options) for s in recipe.sources})
     manifest = settings.cache_dir() / "indexes" / index / "manifest.json"
     size = ""
     if manifest.is_file():
