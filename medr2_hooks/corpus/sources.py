@@ -255,16 +255,19 @@ def bioasq_gold(paths: str, base: Path, report: SkipReport, language: str = "en"
 
 
 # The source type of every document a reader yields, where the reader fixes it (the others take a ``source_type``
-# option: medrag_jsonl defaults to book; generic_jsonl rows may carry their own).
+# option, with the default their signature gives; rows of generic_jsonl and table may carry their own).
 READER_SOURCE_TYPES = {"medqa_textbooks": "book", "meditron_guidelines": "guideline", "pubmedqa_contexts": "paper",
                        "bioasq_gold": "paper"}
 
 
 def declared_source_type(reader: str, options: dict) -> str:
-    """What a recipe source's documents are, as a report states it ("per row" when generic_jsonl rows say)."""
+    """What a recipe source's documents are, as a report states it ("per row" when the rows say)."""
+    import inspect
+
     if reader in READER_SOURCE_TYPES:
         return READER_SOURCE_TYPES[reader]
-    return options.get("source_type") or ("book" if reader == "medrag_jsonl" else "per row")
+    default = inspect.signature(READERS[reader]).parameters["source_type"].default
+    return options.get("source_type") or default or "per row"
 
 
 READERS = {

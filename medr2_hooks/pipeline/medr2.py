@@ -208,9 +208,7 @@ class MedR2:
     # -- evidence ---------------------------------------------------------------------------------------------
     def retrieve(self, queries: list[str], pmids: list[str | None]) -> list[list[dict]]:
         cfg = self.cfg
-        manifest = self.searcher.manifest
-        config = {"index": [manifest["recipe_hash"], manifest["corpus_hash"]], "k": cfg.retrieve_k, "unit": cfg.unit,
-                  "fusion": cfg.fusion, "retrievers": list(self.searcher.retrievers)}
+        config = {**self._search_identity(), "k": cfg.retrieve_k, "unit": cfg.unit, "fusion": cfg.fusion}
 
         def compute(items):
             hits = self.searcher.search([x[0] for x in items], k=cfg.retrieve_k, unit=cfg.unit, fusion=cfg.fusion,
@@ -230,15 +228,19 @@ class MedR2:
         self.counts["no_documents_retrieved"] += sum(not hits for hits in out)
         return out
 
+    def _search_identity(self) -> dict:
+        """What a cached search result depends on besides its query: the index's content and the retrievers."""
+        manifest = self.searcher.manifest
+        return {"index": [manifest["recipe_hash"], manifest["corpus_hash"]],
+                "retrievers": list(self.searcher.retrievers)}
+
     def own_article_ranks(self, questions: list[Question], depth: int = 100) -> dict[str, dict[str, int | None]]:
         """For questions whose own article is excluded from their evidence (PubMedQA): where it would have ranked
         for a search of the question stem, per retriever and fused (``Searcher.own_ranks``), by question id."""
         todo = [q for q in questions if q.exclude_pmid and q.question.strip()]
         if not todo:
             return {}
-        manifest = self.searcher.manifest
-        config = {"index": [manifest["recipe_hash"], manifest["corpus_hash"]], "depth": depth,
-                  "retrievers": list(self.searcher.retrievers)}
+        config = {**self._search_identity(), "depth": depth}
         found = self.cached("own_rank", [[q.question, q.exclude_pmid] for q in todo], config,
                             lambda items: self.searcher.own_ranks([x[0] for x in items], [x[1] for x in items], depth),
                             batch_size=256)

@@ -107,15 +107,15 @@ def prepare(m: MedR2, benchmark: str, questions: list[Question], demos: list[Dem
         for q, q_tokens, s, r in zip(questions, question_tokens, q_states, reasoning):
             evidence = s.get("evidence", [])
             ev_tokens = m.target_tokens([f"[{i}] {h['text']}\n" for i, h in enumerate(evidence, 1)])
-            packed = pack(q_tokens, ev_tokens, demo_tokens, m.cfg.window, m.cfg.evidence_share, 16
-                          + m.cfg.answer_tokens)
+            packed = pack(q_tokens, ev_tokens, demo_tokens, m.cfg.window, m.cfg.evidence_share,
+                          16 + m.cfg.answer_tokens)
             m.counts["question_over_window"] += packed.question_over_window
             used = [evidence[i] for i in packed.evidence]
             runs.add_packed(q.id, used, s["stopped_at"] or len(s["iterations"]))
             prefix = "".join(demo_texts[i] for i in packed.demos) + render_evidence([h["text"] for h in used])
             packs.append({
                 "prefix": prefix, "reasoning": r, "evidence": [evidence_record(h) for h in used],
-                          "effective_k": len(used),
+                "effective_k": len(used),
                 "n_demos": len(packed.demos), "prompt_tokens": packed.tokens, "cot": s["cot"],
                 "iterations": s["iterations"], "stopped_at": s["stopped_at"], "labels": s["labels"],
                 "reformulation": s["reformulation"], "reference": s["reference"],

@@ -226,26 +226,38 @@ class Searcher:
             return self._one_retriever(ranked, excluded, k, rrf_k)
         results = []
         for qi in range(len(queries)):
-            lists, best_passage = {}, {}
-            for name, (scores, rows) in ranked.items():
-                mask = rows[qi] >= 0
-                if excluded[qi]:
-                    mask &= ~np.isin(self.passage_doc[np.maximum(rows[qi], 0)], list(excluded[qi]))
-                keep = list(zip(rows[qi][mask].tolist(), scores[qi][mask].tolist()))
-                if unit == "document":
-                    best = best_per_document(np.array([r for r, _ in keep], dtype=np.int64),
-                                             np.array([s for _, s in keep]), self.passage_doc, per)
-                    lists[name] = [(doc, score) for doc, score, _ in best]
-                    for doc, _, passage in best:
-                        best_passage.setdefault(doc, passage)  # first retriever in RETRIEVERS order wins
-                else:
-                    lists[name] = keep[:per]
-            fused = fuse(lists, fusion, k, rrf_k)
+            fused, best_passage = self._fused(ranked, qi, excluded[qi], unit, per, fusion, k, rrf_k)
             results.append(Hits(lambda fused=fused, best=best_passage: [
                 self._hit(f, best[f.key] if unit == "document" else f.key, unit) for f in fused], len(fused)))
         return results
 
-    def _one_retriever(self, ranked: dict, excluded: list[set[int]], k: int, rrf_k: int) -> list["Hits"]:
+    def _kept(self, rows: np.ndarray, excluded: set[int]) -> np.ndarray:
+        """Which of one query's ranked passage ``rows`` are hits: not past the end (-1), not of an excluded
+        document."""
+        keep = rows >= 0
+        if excluded:
+            keep &= ~np.isin(self.passage_doc[np.maximum(rows, 0)], list(excluded))
+        return keep
+
+    def _fused(self, ranked: dict, qi: int, excluded: set[int], unit: str, per: int, fusion: str, k: int | None,
+               rrf_k: int) -> tuple[list[Fused], dict[int, int]]:
+        """Query ``qi``'s fused units (keys: passage rows, or document rows for ``unit="document"``) from each
+        retriever's top ``per``, and each document's best passage."""
+        lists, best_passage = {}, {}
+        for name, (scores, rows) in ranked.items():
+            mask = self._kept(rows[qi], excluded)
+            keep = list(zip(rows[qi][mask].tolist(), scores[qi][mask].tolist()))
+            if unit == "document":
+                best = best_per_document(np.array([r for r, _ in keep], dtype=np.int64),
+                                         np.array([s for _, s in keep]), self.passage_doc, per)
+                lists[name] = [(doc, score) for doc, score, _ in best]
+                for doc, _, passage in best:
+                    best_passage.setdefault(doc, passage)  # first retriever in RETRIEVERS order wins
+            else:
+                lists[name] = keep[:per]
+        return fuse(lists, fusion, k, rrf_k), best_passage
+
+    def _one_retriever(self, ranked: dict, excluded: list[set[int]], k: int, rrf_k: int) -> list[Hits]:
         """Passages from one retriever: its own order, whatever the fusion (both keep its top ``k``), found with
         whole-batch array operations; each query's hits are assembled when first read."""
         (name, (scores, rows)), = ranked.items()
@@ -255,7 +267,7 @@ class Searcher:
         results = []
         for qi, (n, ex, ok) in enumerate(zip(np.minimum(count, k).tolist(), excluded, plain)):
             if ex or not ok:
-                keep = valid[qi] & ~np.isin(self.passage_doc[np.maximum(rows[qi], 0)], list(ex))
+                keep = self._kept(rows[qi], ex)
                 r, sc = rows[qi][keep][:k], scores[qi][keep][:k]
                 results.append(Hits(lambda r=r, sc=sc: self._hits_of(name, r, sc, rrf_k), len(r)))
             else:
@@ -275,12 +287,15 @@ class Searcher:
         out: list[dict[str, int | None]] = [{} for _ in queries]
         if not todo:
             return out
-        # the union of each retriever's top ``depth`` documents, in reciprocal-rank-fusion order
-        hits = self.search([queries[i] for i in todo], k=depth, unit="document", fusion="union")
-        for i, row in zip(todo, hits):
+        if any(not queries[i].strip() for i in todo):
+            raise Medr2Error("empty query: every query needs text")
+        # the union of each retriever's top ``depth`` documents (as search ranks documents, nothing excluded), in
+        # reciprocal-rank-fusion order; only rows are compared, no document is read
+        ranked = {name: self._ranked(name, [queries[i] for i in todo], depth * 4) for name in self.retrievers}
+        for j, i in enumerate(todo):
             own = self.pmids.rows(pmids[i])
-            found = next(((rank, h) for rank, h in enumerate(row, 1) if int(self.passage_doc[h.passage]) in own),
-                         None)
+            fused, _ = self._fused(ranked, j, set(), "document", depth, "union", None, RRF_K)
+            found = next(((rank, f) for rank, f in enumerate(fused, 1) if f.key in own), None)
             out[i] = {name: (found[1].ranks[name] + 1 if found and name in found[1].ranks else None)
                       for name in self.retrievers}
             out[i]["fused"] = found[0] if found and found[0] <= depth else None
