@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
+
 from medr2_hooks.cli.main import main
 from medr2_hooks.settings import REPO_ROOT
 
@@ -32,3 +34,23 @@ def test_report_wandb_logs_tables_and_figures_and_builds_the_report(tmp_path, mo
         assert len(fh.read().strip().splitlines()) == len(results["data"]) + 1
     figures = list((tmp_path / "table10_embedded").glob("*.png"))
     assert figures and len(list((files / "media" / "images").rglob("*.png"))) == len(figures)
+
+
+def test_the_report_run_records_no_credential(tmp_path, monkeypatch):
+    """A credential in an experiment's model args or a served model's URL never reaches the report run's files."""
+    import dataclasses
+
+    from medr2_hooks.experiments.config import load_experiment
+    from medr2_hooks.experiments.wandb_report import log_report_run
+
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    shutil.copytree(REPO_ROOT / "results" / "table10_embedded" / "runs", tmp_path / "table10_embedded" / "runs")
+    assert main(["report", "table10_embedded"]) == 0
+    exp = load_experiment("table10_embedded")
+    secret = "PLANTED-SECRET-4242"
+    model = dataclasses.replace(exp.models[0], model_args=f"base_url=http://user:{secret}@host/v1,api_key={secret}")
+    logged = log_report_run(dataclasses.replace(exp, models=[model]), tmp_path / "table10_embedded")
+    written = [p for p in (tmp_path / "wandb").rglob("*") if p.is_file()]
+    assert written and Path(logged["run_dir"]).is_dir()
+    assert not [p for p in written if secret.encode() in p.read_bytes()]

@@ -94,10 +94,11 @@ def _rehearse(exp, runs, wandb: bool) -> dict:
     from ..experiments.sweep import sweep
     from ..fs import atomic_write_text
     from ..llm.serve import serve_process
+    from ..redact import redact
 
     out = settings.results_dir() / exp.name
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "experiment.json", json.dumps(exp.to_json(), indent=1))
+    atomic_write_text(out / "experiment.json", json.dumps(redact(exp.to_json()), indent=1))  # no credential
     logs = settings.cache_dir() / "serve"
     logs.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:

@@ -21,6 +21,7 @@ from pathlib import Path
 from .. import settings
 from ..errors import Medr2Error
 from ..fs import atomic_write_text
+from ..redact import redact
 from .config import Experiment
 from .expand import experiment_tag
 
@@ -81,7 +82,7 @@ def log_report_run(exp: Experiment, out: Path) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     run = wandb.init(project=PROJECT, group=exp.name, job_type="report", name=f"{exp.name}__report",
                      tags=[experiment_tag(exp.name), "report"], dir=str(folder),
-                     mode=os.environ.get("WANDB_MODE", "offline"), config={"experiment": exp.to_json()},
+                     mode=os.environ.get("WANDB_MODE", "offline"), config={"experiment": redact(exp.to_json())},
                      reinit="create_new")
     try:
         run.log({name: wandb.Table(columns=cols, data=rows) for name, (cols, rows) in tables.items()})
