@@ -73,7 +73,7 @@ def test_the_dry_run_shows_every_retrieval_runs_candidates(capsys):
     from medr2_hooks.cli.main import main
 
     assert main(["sweep", "table9", "--dry-run", "--json"]) == 0
-    runs = json.loads(capsys.readouterr().out)
+    runs = json.loads(capsys.readouterr().out)["runs"]
     by_window = {r["window"]: r["resolved"]["candidates"] for r in runs if r["method"] == "medr2"}
     assert set(by_window) == {4096, 8192, 16384, 32768, 65536, 131072}
     for window, got in by_window.items():

@@ -11,7 +11,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = (
         "examples:\n"
-        "  medr2 sweep table10_embedded --dry-run --json     # the expanded runs, nothing executed\n"
+        "  medr2 sweep table10_embedded --dry-run --json     # the expanded runs and their cost, nothing executed\n"
+        "  medr2 sweep table2 --dry-run --throughput cot=2000 --throughput target=2500:60   # with GPU-hours\n"
         "  medr2 sweep table10_embedded                      # run (skips runs whose results exist)\n"
         "  medr2 sweep table9 --wandb-sweep sweep.yaml && wandb sweep sweep.yaml   # then `wandb agent` on "
         "each GPU box\n"
@@ -22,7 +23,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("config", help="an experiment name in experiments/ or a YAML path")
     parser.add_argument("--dry-run", action="store_true", help="list the runs without executing them")
-    parser.add_argument("--json", action="store_true", help="with --dry-run: print the runs as a JSON list")
+    parser.add_argument("--json", action="store_true",
+                        help="with --dry-run: print {experiment, runs, total} as JSON; each run and the total carry "
+                             "the cost estimate (requests, prompt and generated tokens per phase, role and model)")
+    parser.add_argument("--throughput", action="append", metavar="ROLE_OR_MODEL=TPS",
+                        help="with --dry-run: tokens per second of a role (cot, target, cross_encoder, ...) or a "
+                             "model, as TOTAL or PREFILL:DECODE (repeatable; over the config's throughput table): "
+                             "the estimate adds GPU-hours")
     parser.add_argument("--run", action="append", help="execute only this run name (repeatable; W&B agents use it)")
     parser.add_argument("--wandb-sweep", metavar="FILE", help="write a W&B sweep spec over the runs and exit")
     parser.add_argument("--no_wandb", action="store_true", help="no W&B run per evaluation")
@@ -67,12 +74,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.wandb_sweep}: {len(runs)} runs")
         return 0
     if args.dry_run:
+        from ..experiments.cost import estimate, parse_throughputs
+
+        throughputs = {**parse_throughputs(exp.throughput), **parse_throughputs(args.throughput)}
+        costs, total = estimate(runs, throughputs)
         if args.json:
-            emit_json(args, [r.to_json() for r in runs])
+            emit_json(args, {"experiment": exp.name, "runs": [{**r.to_json(), "cost": c} for r, c in zip(runs, costs)],
+                             "total": total})
         else:
-            for r in runs:
-                print(f"{r.name}  task={r.task} model={r.lm_model} {r.model_args}")
-            print(f"{len(runs)} runs")
+            for r, c in zip(runs, costs):
+                print(f"{r.name}  task={r.task} model={r.lm_model} {r.model_args}  {_brief(c)}")
+            print(f"{len(runs)} runs; estimated {_brief(total)}")
         return 0
     if exp.rehearsal:
         state = _rehearse(exp, runs, wandb=not args.no_wandb)
@@ -81,6 +93,14 @@ def run(args: argparse.Namespace) -> int:
     failed = [r.name for r in runs if state["runs"].get(r.name, {}).get("status") == "failed"]
     print(f"{exp.name}: {len(runs)} runs, {len(failed)} failed")
     return 1 if failed else 0
+
+
+def _brief(cost: dict) -> str:
+    """One line of a cost estimate: requests and tokens of each phase, GPU-hours when known."""
+    parts = [f"{phase} {c['requests']:,} requests, {c['prompt_tokens_unique'] + c['generated_tokens']:,} tokens"
+             for phase, c in ((p, cost.get(p)) for p in ("prepass", "eval")) if c]
+    hours = cost.get("gpu_hours")
+    return "; ".join(parts) + (f"; {hours:,} GPU-hours" if hours is not None else "")
 
 
 def _rehearse(exp, runs, wandb: bool) -> dict:

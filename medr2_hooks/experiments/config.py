@@ -68,6 +68,9 @@ class Experiment:
     judge: dict | None = None
     # Set by `medr2 sweep --rehearse`: the paper experiment rehearsed and what stands in for each model and role.
     rehearsal: dict = field(default_factory=dict)
+    # Measured tokens per second per role (cot, target, cross_encoder, ...) or model, TOTAL or "PREFILL:DECODE":
+    # `medr2 sweep --dry-run` turns the cost estimate into GPU-hours (experiments/cost.py)
+    throughput: dict = field(default_factory=dict)
 
     def __post_init__(self):
         safe_component(self.name, "experiment name")
@@ -102,6 +105,9 @@ class Experiment:
             raise ValueError(f"method_overrides names {bad[0]!r}, which is not among this experiment's methods")
         self._check_finetune()
         self._check_judge()
+        from .cost import parse_throughputs
+
+        parse_throughputs(self.throughput)
 
     def _check_judge(self) -> None:
         if self.judge is None:

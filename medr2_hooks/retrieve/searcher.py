@@ -83,7 +83,8 @@ class Hits(Sequence[Hit]):
 
 
 class Searcher:
-    def __init__(self, folder: Path, retrievers: tuple[str, ...] | None = None, query_encoder=None):
+    def __init__(self, folder: Path, retrievers: tuple[str, ...] | None = None, query_encoder=None,
+                 bm25_backend: str = "numba"):
         from ..corpus.store import CorpusStore, PmidLookup
 
         self.folder = folder
@@ -102,6 +103,7 @@ class Searcher:
         self.ranges = self.store.doc_passage_ranges()
         self.pmids = PmidLookup(folder / "corpus")
         self._query_encoder = query_encoder
+        self.bm25_backend = bm25_backend  # "numpy": bm25s' path without the JIT compile, for one-off searches
         self._dense = self._bm25 = self._splade = None
 
     @classmethod
@@ -143,7 +145,7 @@ class Searcher:
                 else:
                     from .sparse import BM25Index
 
-                    self._bm25 = BM25Index(self.folder / "bm25", cfg["stopwords"])
+                    self._bm25 = BM25Index(self.folder / "bm25", cfg["stopwords"], self.bm25_backend)
             return self._bm25.search(queries, depth)
         if self._splade is None:
             from .sparse import SpladeEncoder, SpladeIndex

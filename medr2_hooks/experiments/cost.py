@@ -1,0 +1,134 @@
+"""The cost of a sweep before it runs (``medr2 sweep CONFIG --dry-run --json``): per run and in total, requests,
+prompt tokens and generated tokens of the pre-pass and the evaluation per role and model, and GPU-hours at the
+throughputs given (``--throughput ROLE=TOKENS_PER_S`` or the experiment's ``throughput:`` table).
+
+The counting model is :mod:`.cost_stages` (its docstring says what is measured and what is a ceiling);
+``bench/calibrate_cost.py`` compares it with the requests and tokens the committed pre-pass records measured.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import lru_cache
+
+from .. import data, methods
+from ..config import ConfigError
+from .cost_sizes import tokens_for, unit_size
+from .cost_stages import LM_EVAL_MAX_GEN_TOKS, Line, Counting, evaluation, prepass
+from .expand import Run
+
+SUMS = ("requests", "prompt_tokens", "prompt_tokens_unique", "generated_tokens")
+
+
+def parse_throughputs(values: list[str] | dict | None) -> dict[str, tuple[float, float | None]]:
+    """``{key: (prefill or total tokens/s, decode tokens/s or None)}`` from ``KEY=TPS`` / ``KEY=PREFILL:DECODE``
+    strings (the command line) or a ``{key: TPS | "PREFILL:DECODE"}`` mapping (an experiment's ``throughput``)."""
+    items = values.items() if isinstance(values, dict) else [v.split("=", 1) if "=" in v else (v, None)
+                                                              for v in values or []]
+    out = {}
+    for key, value in items:
+        try:
+            rates = [float(x) for x in str(value).split(":")]
+        except ValueError:
+            rates = []
+        if value is None or len(rates) not in (1, 2) or min(rates) <= 0:
+            raise ConfigError(f"throughput {key}={value}: give ROLE_OR_MODEL=TOKENS_PER_S or "
+                              "ROLE_OR_MODEL=PREFILL_TPS:DECODE_TPS (positive numbers)")
+        out[key] = (rates[0], rates[1] if len(rates) == 2 else None)
+    return out
+
+
+def target_name(run: Run) -> str:
+    """The target's tokenizer: ``tokenizer=``, ``pretrained=`` or a served ``model=`` of its model_args."""
+    args = dict(a.split("=", 1) for a in run.model_args.split(",") if "=" in a)
+    named = run.lm_model if run.lm_model.startswith("embedded:") else run.model
+    return args.get("tokenizer") or args.get("pretrained") or args.get("model") or named
+
+
+def max_gen_toks(run: Run) -> int:
+    given = dict(kv.split("=", 1) for kv in (run.gen_kwargs or "").split(",") if "=" in kv)
+    return int(given.get("max_gen_toks", LM_EVAL_MAX_GEN_TOKS))
+
+
+def run_lines(run: Run) -> tuple[list[Line], dict]:
+    """Every line of one run and the assumptions behind them."""
+    target = tokens_for(target_name(run))
+    base = {"benchmark": run.benchmark, "limit": run.limit}
+    if methods.method(run.method).retrieval:
+        from ..prepass.spec import prepass_spec
+
+        metadata = {k: v for k, v in run.metadata.items() if k != "judge"}
+        spec = prepass_spec(run.benchmark, method=run.method, scoring=run.scoring, limit=run.limit,
+                            target=target.model, **metadata)
+        items, demos = [r.public() for r in spec.eval_records], [d.public() for d in spec.demos]
+        counting = Counting(spec.cfg, run.benchmark, items,
+                        demos if spec.cfg.pipeline == "medr2" else [], base)
+        counting.unit, counting.assumptions["unit_tokens"] = unit_size(spec.cfg.index, spec.cfg.unit,
+                                                                       spec.cfg.target_tokenizer)
+        prepass(counting)
+    else:
+        cases = run.metadata.get("cases_file")  # a path, or {benchmark: path} (lm-eval's shared --metadata)
+        questions = _questions(run.benchmark, cases.get(run.benchmark) if isinstance(cases, dict) else cases)
+        counting = Counting(None, run.benchmark, list(questions[: run.limit]), [], base)
+    evaluation(counting, target, run.scoring, run.apply_chat_template, max_gen_toks(run),
+               methods.method(run.method).retrieval)
+    counting.assumptions["items"] = len(counting.items)
+    counting.assumptions["demonstrations"] = len(counting.demos)
+    counting.assumptions["target_tokens"] = target.describe()
+    return counting.lines, counting.assumptions
+
+
+@lru_cache(maxsize=64)
+def _questions(benchmark: str, cases_file: str | None) -> tuple:
+    """A benchmark's evaluation questions (options, no answers), loaded once per dry-run."""
+    return tuple(r.public() for r in data.pools(benchmark, cases_file=cases_file).eval)
+
+
+def _seconds(line: dict, rates: tuple[float, float | None]) -> float:
+    prefill, decode = rates
+    if decode is None:
+        return (line["prompt_tokens_unique"] + line["generated_tokens"]) / prefill
+    return line["prompt_tokens_unique"] / prefill + line["generated_tokens"] / decode
+
+
+def grouped(lines: list[Line], throughputs: dict) -> dict:
+    """Sums per phase and per (phase, role, model), with GPU-hours where a throughput is known (per role name,
+    else per model); the total GPU-hours only when every role has one."""
+    groups: dict[tuple, dict] = defaultdict(lambda: dict.fromkeys(SUMS, 0.0))
+    for line in lines:
+        for key in ((line.phase, line.role, line.model), (line.phase,)):
+            for field in SUMS:
+                groups[key][field] += getattr(line, field)
+    out = {phase: {k: round(v) for k, v in groups[(phase,)].items()} for phase in ("prepass", "eval")
+           if (phase,) in groups}
+    roles = []
+    for key, sums in groups.items():
+        if len(key) == 3:
+            rates = throughputs.get(key[1]) or throughputs.get(key[2])
+            roles.append({"phase": key[0], "role": key[1], "model": key[2], **{k: round(v) for k, v in sums.items()},
+                          "gpu_hours": None if rates is None else round(_seconds(sums, rates) / 3600, 3)})
+    out["by_role"] = sorted(roles, key=lambda e: (e["phase"], e["role"], e["model"]))
+    missing = sorted({e["role"] for e in roles if e["gpu_hours"] is None})
+    out["gpu_hours"] = round(sum(e["gpu_hours"] for e in roles), 2) if throughputs and not missing else None
+    if throughputs and missing:
+        out["missing_throughput"] = missing
+    return out
+
+
+def estimate(runs: list[Run], throughputs: dict | None = None) -> tuple[list[dict], dict]:
+    """Per run its cost (lines, sums, assumptions) and the sweep's total, where work that runs share through the
+    stage cache (same ``share`` key) is counted once."""
+    throughputs = throughputs or {}
+    per_run, seen, total_lines, shared = [], set(), [], 0
+    for run in runs:
+        lines, assumptions = run_lines(run)
+        per_run.append({**grouped(lines, throughputs), "assumptions": assumptions,
+                        "lines": [line.to_json() for line in lines]})
+        for line in lines:
+            if line.share is not None and line.share in seen:
+                shared += 1
+                continue
+            seen.add(line.share)
+            total_lines.append(line)
+    total = {"runs": len(runs), **grouped(total_lines, throughputs), "lines_shared_with_an_earlier_run": shared}
+    return per_run, total

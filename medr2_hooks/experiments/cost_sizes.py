@@ -1,0 +1,131 @@
+"""What a cost estimate reads from the data, the index and the tokenizers: token counts of a run's real prompts.
+
+- :class:`Tokens` counts under a model's own tokenizer when it is local (an ``embedded:`` name, a folder, a hub id
+  in the local cache), else under a stand-in (Gemma-3-270M's) and says so: Llama's and Qwen's tokenizers give
+  counts within ~15% of it on English medical text.
+- :func:`unit_size`: the mean tokens of one evidence unit, measured on up to 1,000 passages spread over a built
+  index (a passage ends where its document does, so the mean is below the segmentation's passage size), else the
+  recipe's planning figure or passage size (:func:`medr2_hooks.experiments.budget.unit_tokens`).
+- :func:`union_size`: the mean number of candidates one search returns (the fused union of the retrievers' top
+  ``k``), measured on the benchmark's first questions over a built index; for an index not built here its
+  ceiling, every retriever's ``k`` with no overlap.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .. import settings
+
+STAND_IN = "embedded:gemma-270m"
+SAMPLE_PASSAGES = 1000
+SAMPLE_QUERIES = 16
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Token counting (and chat rendering) under one model's tokenizer, or under the stand-in."""
+    model: str
+    used: str  # the tokenizer that counts: the model's own, or the stand-in's
+
+    @property
+    def stand_in(self) -> bool:
+        return self.used != self.model
+
+    def describe(self) -> str:
+        return self.model if not self.stand_in else f"{self.model} (counted with {self.used})"
+
+    def count(self, texts: list[str]) -> list[int]:
+        return list(_count(self.used, tuple(texts))) if texts else []
+
+    def mean(self, texts: list[str]) -> float:
+        return float(np.mean(self.count(texts))) if texts else 0.0
+
+    def chat(self, user: str) -> str:
+        """``user`` as one chat turn under the tokenizer's template (plain text when it has none), as the
+        backends' ``chat`` renders it."""
+        return _chat(self.used, user)
+
+
+@lru_cache(maxsize=16)
+def tokens_for(model: str) -> Tokens:
+    """:class:`Tokens` for ``model`` (a role's ``tokenizer`` or ``model``, a target's tokenizer)."""
+    try:
+        _tokenizer(model)
+        return Tokens(model, model)
+    except (OSError, ValueError):  # a hub id not downloaded here (no network): count with the stand-in
+        return Tokens(model, STAND_IN)
+
+
+@lru_cache(maxsize=65536)
+def _chat(tokenizer: str, user: str) -> str:
+    tok = _tokenizer(tokenizer)
+    if not getattr(tok, "chat_template", None):
+        return user
+    return tok.apply_chat_template([{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True)
+
+
+@lru_cache(maxsize=4096)
+def _count(tokenizer: str, texts: tuple[str, ...]) -> tuple[int, ...]:
+    """Token counts of ``texts`` (remembered: a sweep's runs render the same prompts over the same items)."""
+    return tuple(len(ids) for ids in _tokenizer(tokenizer)(list(texts), add_special_tokens=False)["input_ids"])
+
+
+@lru_cache(maxsize=16)
+def _tokenizer(model: str):
+    import transformers
+    from transformers import AutoTokenizer
+
+    from ..llm.embedded import resolve
+
+    transformers.logging.set_verbosity_error()
+    tok = AutoTokenizer.from_pretrained(resolve(model), local_files_only=True)
+    tok.model_max_length = 10**9
+    return tok
+
+
+def _manifest(index: str) -> dict | None:
+    path = settings.cache_dir() / "indexes" / index / "manifest.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+@lru_cache(maxsize=32)
+def unit_size(index: str, unit: str, tokenizer: str) -> tuple[float, str]:
+    """Mean tokens of one evidence unit of ``index`` under ``tokenizer``, and where the figure comes from."""
+    from ..corpus.store import CorpusStore
+    from .budget import unit_tokens
+
+    if unit != "passage" or _manifest(index) is None:
+        return unit_tokens(index, unit)
+    store = CorpusStore(settings.cache_dir() / "indexes" / index / "corpus")
+    try:
+        n = len(store.passages)
+        pids = np.unique(np.linspace(0, n - 1, min(n, SAMPLE_PASSAGES)).astype(int))
+        texts = store.passage_texts(pids.tolist())
+    finally:
+        store.close()
+    return tokens_for(tokenizer).mean(texts), f"index {index}: {len(texts)} of {n} passages measured"
+
+
+@lru_cache(maxsize=64)
+def union_size(index: str, retrievers: tuple[str, ...] | None, k: int, unit: str, fusion: str,
+               queries: tuple[str, ...]) -> tuple[float, str]:
+    """Mean candidates per search over ``index`` and where the figure comes from."""
+    manifest = _manifest(index)
+    if manifest is None:
+        from ..corpus.recipe import find_recipe, load_recipe
+
+        recipe = load_recipe(str(find_recipe(index)))
+        have = [name for name in ("dense", "bm25", "splade") if getattr(recipe, name, None) is not None]
+        n = len([r for r in have if retrievers is None or r in retrievers])
+        ceiling = k if fusion != "union" else n * k
+        return float(ceiling), f"ceiling: {n} retriever(s) x k = {k}, no overlap (index {index} not built here)"
+    from ..retrieve.searcher import Searcher
+
+    searcher = Searcher.open(index, retrievers=retrievers, bm25_backend="numpy")  # 16 queries: no JIT compile
+    hits = searcher.search(list(queries), k=k, unit=unit, fusion=fusion)
+    return float(np.mean([len(row) for row in hits])), f"measured: {len(queries)} questions searched in {index}"

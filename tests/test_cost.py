@@ -1,0 +1,123 @@
+"""The cost estimate of ``medr2 sweep --dry-run --json``: counts computed by hand on a small config."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from medr2_hooks.config import ConfigError
+from medr2_hooks.experiments.config import load_experiment
+from medr2_hooks.experiments.cost import estimate, parse_throughputs, run_lines
+from medr2_hooks.experiments.expand import expand
+
+SERVED_LEVELER = "{backend: openai, model: 'embedded:gemma-270m', base_url: 'http://127.0.0.1:9/v1'}"
+
+
+def small(tmp_path, methods="[medr2]", extra="") -> str:
+    """Two MedQA-USMLE questions and one demonstration; dense retrieval of 4 passages (a Flat index returns exactly
+    k), S^c of 3, two iterations, conflict pairs among 3; every role on the embedded model in process (``hf``:
+    one request a menu) except the leveler, served (one request per label: 9 evidence levels)."""
+    from medr2_hooks.retrieve.build import ensure_index
+
+    ensure_index("textbooks_demo")
+    path = tmp_path / "cost_small.yaml"
+    path.write_text(
+        "name: cost_small\nmodels: [{name: gemma-270m, model: 'embedded:gemma-270m'}]\n"
+        f"methods: {methods}\nbenchmarks: [medqa_usmle]\nlimit: 2\n"
+        "method_override: {retrievers: [dense], retrieve_k: 4, coarse_k: 3, iterations: 2, max_demos: 1, "
+        "conflict: {top: 3}, cot_max_new_tokens: 16, reformulate_max_new_tokens: 8, "
+        f"roles: {{leveler: {SERVED_LEVELER}}}}}\n{extra}")
+    return str(path)
+
+
+def by_stage(lines) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for line in lines:
+        s = out.setdefault(f"{line.phase}:{line.stage}", {"items": 0, "requests": 0, "generated": 0})
+        s["items"] += line.items
+        s["requests"] += line.requests
+        s["generated"] += line.generated_tokens
+    return out
+
+
+def test_counts_of_a_small_medr2_run_equal_the_hand_computed_ones(tmp_path):
+    (run,) = expand(load_experiment(small(tmp_path)))
+    lines, assumptions = run_lines(run)
+    got = by_stage(lines)
+    n, k, t = 3, 3, 2  # 2 questions + 1 demonstration; S^c; iterations (ceiling: no early stop)
+    pairs = math.comb(3, 2)
+    assert assumptions["items"] == 2 and assumptions["demonstrations"] == 1
+    expected = {
+        "prepass:classify": (n, n * 2, 0),  # two menus a question, one request each in process
+        "prepass:reformulate": (n, n, n * 8),
+        "prepass:reference": (n, n, 0),
+        "prepass:coarse": (t * n * 4, t * n * 4, 0),  # every (query, passage) pair of the 4 dense hits
+        "prepass:evidence_level": (t * n * k, t * n * k * 9, 0),  # served: one request per evidence level
+        "prepass:doc_type": (t * n * k, t * n * k, 0),
+        "prepass:usefulness": (t * n, t * n * (k + 1), 0),  # no document, then each of S^c
+        "prepass:conflict": (t * n, t * n * pairs, 0),
+        "prepass:cot": (t * n, t * n, t * n * 16),
+        "prepass:cot_answer": (t * n, t * n, 0),
+        "prepass:demo_cot": (1, 1, 16),
+        "prepass:demo_cot_answer": (1, 1, 0),
+        "eval:answer": (2, 2 * 5, 0),  # letters: one log-likelihood per option (these MedQA-USMLE items: A-E)
+    }
+    assert {stage: (s["items"], s["requests"], s["generated"]) for stage, s in got.items()} == expected
+    line = {x.stage: x for x in lines}
+    # a served menu sends its prompt once per label; a prefix-caching server computes it once
+    assert line["evidence_level"].prompt_tokens == pytest.approx(9 * line["evidence_level"].prompt_tokens_unique)
+    # the proxy's k + 1 prompts of a question are all different (no document, then each document)
+    assert line["usefulness"].prompt_tokens == pytest.approx(line["usefulness"].prompt_tokens_unique)
+
+
+def test_prompt_tokens_are_the_stages_own_prompts_on_the_runs_items(tmp_path):
+    """The classifier's tokens: both menus rendered on each question (and the demonstration), one answer token each."""
+    from medr2_hooks.classify import ebm_prompt, qtype_prompt
+    from medr2_hooks.experiments.cost_sizes import tokens_for
+    from medr2_hooks.prepass.spec import build_spec
+
+    (run,) = expand(load_experiment(small(tmp_path)))
+    lines, _ = run_lines(run)
+    spec = build_spec("medqa_usmle", method="medr2", limit=2, **{k: v for k, v in run.metadata.items()})
+    questions = [r.question for r in spec.eval_records + spec.demos]
+    tok = tokens_for("embedded:gemma-270m")
+    by_hand = sum(tok.count([ebm_prompt(q)])[0] + 1 + tok.count([qtype_prompt(q)])[0] + 1 for q in questions)
+    (classify,) = [line for line in lines if line.stage == "classify"]
+    assert classify.prompt_tokens == pytest.approx(by_hand)
+    assert tok.stand_in is False and "counted with" not in tok.describe()
+
+
+def test_the_total_counts_shared_work_once_and_gives_gpu_hours(tmp_path):
+    """medr2 and ablation_qr share their question-only stages and their first iteration's judgements (the stage
+    cache); the sweep's total counts them once. GPU-hours: (distinct prompt + generated tokens) / throughput."""
+    runs = expand(load_experiment(small(tmp_path, methods="[medr2, ablation_qr]")))
+    costs, total = estimate(runs, parse_throughputs(["embedded:gemma-270m=1000", "target=2000:50"]))
+    shared = {"classify", "reformulate", "reference", "coarse", "evidence_level", "doc_type", "usefulness", "conflict"}
+    first = [line for line in costs[1]["lines"] if line["stage"] in shared]
+    assert total["lines_shared_with_an_earlier_run"] == len(first) == 8
+    assert total["prepass"]["requests"] == costs[0]["prepass"]["requests"]  # ablation_qr adds nothing new
+    target = [e for e in total["by_role"] if e["role"] == "target"][0]
+    assert target["gpu_hours"] == pytest.approx(round(target["prompt_tokens_unique"] / 2000 / 3600, 3), abs=1e-3)
+    judge = [e for e in total["by_role"] if e["role"] == "leveler"][0]
+    assert judge["gpu_hours"] == pytest.approx(round(judge["prompt_tokens_unique"] / 1000 / 3600, 3), abs=1e-3)
+    assert total["gpu_hours"] == pytest.approx(sum(e["gpu_hours"] for e in total["by_role"]), abs=0.01)
+
+
+def test_the_dry_run_json_carries_each_runs_cost_and_the_total(tmp_path, capsys):
+    from medr2_hooks.cli.main import main
+
+    assert main(["sweep", small(tmp_path, extra="throughput: {target: 500}\n"), "--dry-run", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["experiment"] == "cost_small" and len(out["runs"]) == 1
+    cost = out["runs"][0]["cost"]
+    assert cost["prepass"]["requests"] > 0 and cost["eval"]["requests"] == 10
+    assert out["total"]["gpu_hours"] is None and "cot" in out["total"]["missing_throughput"]  # a role without one
+    assert [e["gpu_hours"] for e in out["total"]["by_role"] if e["role"] == "target"][0] is not None
+
+
+@pytest.mark.parametrize("bad", ["cot", "cot=fast", "cot=0", "cot=1:2:3", "cot=-5"])
+def test_a_throughput_that_cannot_mean_anything_is_refused(bad):
+    with pytest.raises(ConfigError, match="ROLE_OR_MODEL=TOKENS_PER_S"):
+        parse_throughputs([bad])
