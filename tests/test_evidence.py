@@ -170,6 +170,19 @@ def test_mirages_medrag_group_runs(tmp_path):
     assert record["prepass"]["mirage_medqa_medrag"]["config"]["fusion"] == "rrf"
 
 
+def test_medrag_reads_its_32_fused_snippets_when_the_window_holds_them():
+    """MedRAG's setting is RRF over the index's retrievers, 32 snippets: all 32 reach the prompt when they fit
+    (found on review: the evidence was cut to the default coarse_k of 5)."""
+    from medr2_hooks.pipeline.medr2 import MedR2
+    from medr2_hooks.pipeline.run import prepare
+    from medr2_hooks.prepass.spec import build_spec
+
+    spec = build_spec("mirage_medqa", method="medrag", scoring="generative", limit=1,
+                      method_override={"window": 32768})
+    packs, _ = prepare(MedR2(spec.cfg), "mirage_medqa", [r.public() for r in spec.eval_records], [], "generative")
+    assert packs[0]["effective_k"] == len(packs[0]["evidence_texts"]) == 32
+
+
 def test_answer_text_in_the_evidence_is_a_labelled_weak_signal():
     from medr2_hooks.evidence.scores import answer_in_evidence
 
