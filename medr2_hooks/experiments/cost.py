@@ -70,8 +70,9 @@ def run_lines(run: Run) -> tuple[list[Line], dict]:
         cases = run.metadata.get("cases_file")  # a path, or {benchmark: path} (lm-eval's shared --metadata)
         questions = _questions(run.benchmark, cases.get(run.benchmark) if isinstance(cases, dict) else cases)
         counting = Counting(None, run.benchmark, list(questions[: run.limit]), [], base)
-    evaluation(counting, target, run.scoring, run.apply_chat_template, max_gen_toks(run),
-               methods.method(run.method).retrieval)
+    named = methods.method(run.method)
+    evaluation(counting, target, run.scoring, run.apply_chat_template, max_gen_toks(run), named.retrieval,
+               named.answer)
     counting.assumptions["items"] = len(counting.items)
     counting.assumptions["demonstrations"] = len(counting.demos)
     counting.assumptions["target_tokens"] = target.describe()

@@ -241,11 +241,16 @@ def _llm_amt(run: Counting) -> None:
           stage="cot")
 
 
-def evaluation(run: Counting, target: Tokens, scoring: str, chat: bool, max_gen: int, prepass_evidence: bool) -> None:
-    """The target's requests: one generation per item (generative) or one log-likelihood per option (letters)."""
+def evaluation(run: Counting, target: Tokens, scoring: str, chat: bool, max_gen: int, prepass_evidence: bool,
+               answer: str = "default") -> None:
+    """The target's requests: one generation per item (generative) or one log-likelihood per option (letters).
+    ``answer``: the method's answer format (``medrag``: MedRAG's JSON prompt around the documents)."""
     cfg = run.cfg
-    prompt = target.mean([P.question_prompt(run.benchmark, q) for q in run.sample(run.items)])
-    if scoring == "generative" or _free_text(run):
+    if answer == "medrag":
+        prompt = target.mean([P.medrag_prompt([], q) for q in run.sample(run.items)])
+    else:
+        prompt = target.mean([P.question_prompt(run.benchmark, q) for q in run.sample(run.items)])
+    if (scoring == "generative" or _free_text(run)) and answer != "medrag":
         prompt += _fixed_tokens(target, P.COT_CUE)
     if chat:
         prompt += _fixed_tokens(target, target.chat(""))
