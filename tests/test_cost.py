@@ -115,6 +115,18 @@ def test_the_dry_run_json_carries_each_runs_cost_and_the_total(tmp_path, capsys)
     assert cost["prepass"]["requests"] > 0 and cost["eval"]["requests"] == 10
     assert out["total"]["gpu_hours"] is None and "cot" in out["total"]["missing_throughput"]  # a role without one
     assert [e["gpu_hours"] for e in out["total"]["by_role"] if e["role"] == "target"][0] is not None
+    # per role and endpoint: the served leveler's server, the in-process roles none
+    endpoints = {e["role"]: e["endpoint"] for e in out["total"]["by_role"]}
+    assert endpoints["leveler"] == "http://127.0.0.1:9/v1" and endpoints["classifier"] is None
+
+
+def test_an_endpoints_credentials_never_reach_the_estimate(tmp_path, capsys):
+    from medr2_hooks.cli.main import main
+
+    config = small(tmp_path).replace("'http://127.0.0.1:9/v1'", "'http://user:s3cr3t@127.0.0.1:9/v1?api_key=k3y'")
+    assert main(["sweep", config, "--dry-run", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out)["runs"] and "s3cr3t" not in out and "k3y" not in out
 
 
 @pytest.mark.parametrize("bad", ["cot", "cot=fast", "cot=0", "cot=1:2:3", "cot=-5"])

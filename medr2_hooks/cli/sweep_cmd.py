@@ -78,9 +78,11 @@ def run(args: argparse.Namespace) -> int:
 
         throughputs = {**parse_throughputs(exp.throughput), **parse_throughputs(args.throughput)}
         costs, total = estimate(runs, throughputs)
-        if args.json:
-            emit_json(args, {"experiment": exp.name, "runs": [{**r.to_json(), "cost": c} for r, c in zip(runs, costs)],
-                             "total": total})
+        if args.json:  # often kept as a file: no credential from a served role's URL or model_args
+            from ..redact import redact
+
+            emit_json(args, redact({"experiment": exp.name, "total": total,
+                                    "runs": [{**r.to_json(), "cost": c} for r, c in zip(runs, costs)]}))
         else:
             for r, c in zip(runs, costs):
                 print(f"{r.name}  task={r.task} model={r.lm_model} {r.model_args}  {_brief(c)}")

@@ -93,20 +93,21 @@ def _seconds(line: dict, rates: tuple[float, float | None]) -> float:
 
 
 def grouped(lines: list[Line], throughputs: dict) -> dict:
-    """Sums per phase and per (phase, role, model), with GPU-hours where a throughput is known (per role name,
-    else per model); the total GPU-hours only when every role has one."""
+    """Sums per phase and per (phase, role, model, endpoint), with GPU-hours where a throughput is known (per role
+    name, else per model); the total GPU-hours only when every role has one."""
     groups: dict[tuple, dict] = defaultdict(lambda: dict.fromkeys(SUMS, 0.0))
     for line in lines:
-        for key in ((line.phase, line.role, line.model), (line.phase,)):
+        for key in ((line.phase, line.role, line.model, line.endpoint), (line.phase,)):
             for field in SUMS:
                 groups[key][field] += getattr(line, field)
     out = {phase: {k: round(v) for k, v in groups[(phase,)].items()} for phase in ("prepass", "eval")
            if (phase,) in groups}
     roles = []
     for key, sums in groups.items():
-        if len(key) == 3:
+        if len(key) == 4:
             rates = throughputs.get(key[1]) or throughputs.get(key[2])
-            roles.append({"phase": key[0], "role": key[1], "model": key[2], **{k: round(v) for k, v in sums.items()},
+            roles.append({"phase": key[0], "role": key[1], "model": key[2], "endpoint": key[3],
+                          **{k: round(v) for k, v in sums.items()},
                           "gpu_hours": None if rates is None else round(_seconds(sums, rates) / 3600, 3)})
     out["by_role"] = sorted(roles, key=lambda e: (e["phase"], e["role"], e["model"]))
     missing = sorted({e["role"] for e in roles if e["gpu_hours"] is None})

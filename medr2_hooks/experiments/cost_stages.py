@@ -49,6 +49,7 @@ class Line:
     prompt_tokens_unique: float  # each distinct prompt once (prefix caching)
     generated_tokens: float
     share: str | None = None  # work another run with the same key does identically (the stage cache); None: own
+    endpoint: str | None = None  # a served role's server (base_url without credentials); None: in process
 
     def to_json(self) -> dict:
         return {k: (round(v) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -58,7 +59,10 @@ class Role:
     """A role's model, backend and tokenizer, and the requests one closed-set menu costs on it."""
 
     def __init__(self, name: str, spec: dict):
+        from ..redact import public_url
+
         self.name, self.model, self.backend = name, spec["model"], spec.get("backend", "hf")
+        self.endpoint = public_url(spec["base_url"]) if spec.get("base_url") else None
         self.tokens: Tokens = tokens_for(spec.get("tokenizer") or spec["model"])
 
     def rows(self, labels: int) -> int:
@@ -98,9 +102,10 @@ class Counting:
         as ``rows`` requests (a served menu: one per label) and generating ``generated`` tokens per item;
         ``unique``: the distinct prompt tokens per item when they are not ``prompts × tokens``."""
         name, model = (role.name, role.model) if isinstance(role, Role) else (role, model)
+        endpoint = role.endpoint if isinstance(role, Role) else None
         share = None if share is None else f"{share}|{stage}"  # a CoT and the reading of its answer: two lines
         self.lines.append(Line(phase, stage, name, model, n, n * prompts * rows, n * prompts * rows * tokens,
-                               n * (prompts * tokens if unique is None else unique), n * generated, share))
+                               n * (prompts * tokens if unique is None else unique), n * generated, share, endpoint))
 
 
 _CLASSIFY = ("pipeline", "classifier", "decision_mode", "label_scoring")
