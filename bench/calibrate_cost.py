@@ -34,17 +34,15 @@ NO_MODEL = {"retrieve", "own_rank"}  # cached stages that call no language model
 
 def estimate_record(record: dict):
     from medr2_hooks import data
-    from medr2_hooks.experiments.cost_sizes import tokens_for, unit_size
-    from medr2_hooks.experiments.cost_stages import Counting, evaluation, prepass
+    from medr2_hooks.experiments.cost import count_prepass
+    from medr2_hooks.experiments.cost_sizes import tokens_for
+    from medr2_hooks.experiments.cost_stages import evaluation
     from medr2_hooks.pipeline.config import MethodConfig
 
     cfg = MethodConfig.from_dict(record["config"], "record config")
     pools = data.pools(record["benchmark"])
-    items = [r.public() for r in pools.eval][: record["questions"]]
-    demos = [r.public() for r in pools.demos][: record["demos"]] if cfg.pipeline == "medr2" else []
-    run = Counting(cfg, record["benchmark"], items, demos, {})
-    run.unit, _ = unit_size(cfg.index, cfg.unit, cfg.target_tokenizer)
-    prepass(run)
+    run = count_prepass(cfg, record["benchmark"], [r.public() for r in pools.eval][: record["questions"]],
+                        [r.public() for r in pools.demos][: record["demos"]], {})
     evaluation(run, tokens_for(cfg.target_tokenizer), "letters", False, 0, True)
     return run
 

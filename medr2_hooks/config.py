@@ -183,3 +183,8 @@ def parse_json_object(text: str, flag: str) -> dict:
         raise ConfigError(f"{flag}: expected a JSON object such as '{{\"limit\": 5}}', found "
                           f"{type(value).__name__}: {text!r}")
     return value
+
+
+def key_values(text: str | None) -> dict[str, str]:
+    """lm-eval's ``key=value,key=value`` strings (``--model_args``, ``--gen_kwargs``) as a mapping of strings."""
+    return dict(kv.split("=", 1) for kv in (text or "").split(",") if "=" in kv)

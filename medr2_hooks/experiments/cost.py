@@ -12,7 +12,7 @@ from collections import defaultdict
 from functools import lru_cache
 
 from .. import data, methods
-from ..config import ConfigError
+from ..config import ConfigError, key_values
 from .cost_sizes import tokens_for, unit_size
 from .cost_stages import LM_EVAL_MAX_GEN_TOKS, Line, Counting, evaluation, prepass
 from .expand import Run
@@ -40,14 +40,13 @@ def parse_throughputs(values: list[str] | dict | None) -> dict[str, tuple[float,
 
 def target_name(run: Run) -> str:
     """The target's tokenizer: ``tokenizer=``, ``pretrained=`` or a served ``model=`` of its model_args."""
-    args = dict(a.split("=", 1) for a in run.model_args.split(",") if "=" in a)
+    args = key_values(run.model_args)
     named = run.lm_model if run.lm_model.startswith("embedded:") else run.model
     return args.get("tokenizer") or args.get("pretrained") or args.get("model") or named
 
 
 def max_gen_toks(run: Run) -> int:
-    given = dict(kv.split("=", 1) for kv in (run.gen_kwargs or "").split(",") if "=" in kv)
-    return int(given.get("max_gen_toks", LM_EVAL_MAX_GEN_TOKS))
+    return int(key_values(run.gen_kwargs).get("max_gen_toks", LM_EVAL_MAX_GEN_TOKS))
 
 
 def run_lines(run: Run) -> tuple[list[Line], dict]:
@@ -60,12 +59,8 @@ def run_lines(run: Run) -> tuple[list[Line], dict]:
         metadata = {k: v for k, v in run.metadata.items() if k != "judge"}
         spec = prepass_spec(run.benchmark, method=run.method, scoring=run.scoring, limit=run.limit,
                             target=target.model, **metadata)
-        items, demos = [r.public() for r in spec.eval_records], [d.public() for d in spec.demos]
-        counting = Counting(spec.cfg, run.benchmark, items,
-                        demos if spec.cfg.pipeline == "medr2" else [], base)
-        counting.unit, counting.assumptions["unit_tokens"] = unit_size(spec.cfg.index, spec.cfg.unit,
-                                                                       spec.cfg.target_tokenizer)
-        prepass(counting)
+        counting = count_prepass(spec.cfg, run.benchmark, [r.public() for r in spec.eval_records],
+                                 [d.public() for d in spec.demos], base)
     else:
         cases = run.metadata.get("cases_file")  # a path, or {benchmark: path} (lm-eval's shared --metadata)
         questions = _questions(run.benchmark, cases.get(run.benchmark) if isinstance(cases, dict) else cases)
@@ -77,6 +72,15 @@ def run_lines(run: Run) -> tuple[list[Line], dict]:
     counting.assumptions["demonstrations"] = len(counting.demos)
     counting.assumptions["target_tokens"] = target.describe()
     return counting.lines, counting.assumptions
+
+
+def count_prepass(cfg, benchmark: str, items: list, demos: list, share_base: dict) -> Counting:
+    """The pre-pass lines of a method config over ``items``; Alg. 2 also runs the demonstrations (LLM-AMT's reader
+    is zero-shot)."""
+    counting = Counting(cfg, benchmark, items, demos if cfg.pipeline == "medr2" else [], share_base)
+    counting.unit, counting.assumptions["unit_tokens"] = unit_size(cfg.index, cfg.unit, cfg.target_tokenizer)
+    prepass(counting)
+    return counting
 
 
 @lru_cache(maxsize=64)

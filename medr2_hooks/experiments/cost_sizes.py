@@ -13,13 +13,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-
-from .. import settings
 
 STAND_IN = "embedded:gemma-270m"
 SAMPLE_PASSAGES = 1000
@@ -88,20 +85,22 @@ def _tokenizer(model: str):
     return tok
 
 
-def _manifest(index: str) -> dict | None:
-    path = settings.cache_dir() / "indexes" / index / "manifest.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+def _built(index: str) -> bool:
+    from ..retrieve.build import index_dir
+
+    return (index_dir(index) / "manifest.json").is_file()
 
 
 @lru_cache(maxsize=32)
 def unit_size(index: str, unit: str, tokenizer: str) -> tuple[float, str]:
     """Mean tokens of one evidence unit of ``index`` under ``tokenizer``, and where the figure comes from."""
     from ..corpus.store import CorpusStore
+    from ..retrieve.build import index_dir
     from .budget import unit_tokens
 
-    if unit != "passage" or _manifest(index) is None:
+    if unit != "passage" or not _built(index):
         return unit_tokens(index, unit)
-    store = CorpusStore(settings.cache_dir() / "indexes" / index / "corpus")
+    store = CorpusStore(index_dir(index) / "corpus")
     try:
         n = len(store.passages)
         pids = np.unique(np.linspace(0, n - 1, min(n, SAMPLE_PASSAGES)).astype(int))
@@ -115,16 +114,15 @@ def unit_size(index: str, unit: str, tokenizer: str) -> tuple[float, str]:
 def union_size(index: str, retrievers: tuple[str, ...] | None, k: int, unit: str, fusion: str,
                queries: tuple[str, ...]) -> tuple[float, str]:
     """Mean candidates per search over ``index`` and where the figure comes from."""
-    manifest = _manifest(index)
-    if manifest is None:
+    from ..retrieve.searcher import RETRIEVERS, Searcher
+
+    if not _built(index):
         from ..corpus.recipe import find_recipe, load_recipe
 
         recipe = load_recipe(str(find_recipe(index)))
-        have = [name for name in ("dense", "bm25", "splade") if getattr(recipe, name, None) is not None]
-        n = len([r for r in have if retrievers is None or r in retrievers])
+        n = len([r for r in RETRIEVERS if getattr(recipe, r, None) is not None and r in (retrievers or RETRIEVERS)])
         ceiling = k if fusion != "union" else n * k
         return float(ceiling), f"ceiling: {n} retriever(s) x k = {k}, no overlap (index {index} not built here)"
-    from ..retrieve.searcher import Searcher
 
     searcher = Searcher.open(index, retrievers=retrievers, bm25_backend="numpy")  # 16 queries: no JIT compile
     hits = searcher.search(list(queries), k=k, unit=unit, fusion=fusion)

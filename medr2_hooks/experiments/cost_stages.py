@@ -219,11 +219,11 @@ def _llm_amt(run: Counting) -> None:
     cfg, n = run.cfg, len(run.items)
     role = run.role("augmenter")
     a = float(cfg.augment_max_new_tokens)
-    share = run.share("amt_rewrite", "augmenter", "augment_max_new_tokens")
+    augment = ("augmenter", "augment_max_new_tokens")
     run.add("amt_rewrite", role, n, 1, run.mean(role, lambda q: llm_amt.rewrite_prompt(role.tokens, q.question)),
-            generated=a, share=share)
+            generated=a, share=run.share("amt_rewrite", *augment))
     run.add("amt_expand", role, n, 1, _fixed(role, llm_amt.expand_prompt(role.tokens, "", "")) + a,
-            generated=a, share=share.replace("amt_rewrite", "amt_expand"))
+            generated=a, share=run.share("amt_expand", *augment))
     query = _stem(run) + 2 * a
     candidates = _candidates(run)
     judged = min(float(cfg.max_doc_tokens), run.unit)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import data, methods
-from ..config import ConfigError
+from ..config import ConfigError, key_values
 from ..lmeval.runner import CONTINUATION_MODEL
 from ..pipeline.config import ROLES, MethodConfig
 from .budget import candidates, size_candidates
@@ -110,7 +110,7 @@ def _retrieval_override(exp: Experiment, spec, method: str, window: int) -> dict
         override = {**override, "llm": override.get("llm") or roles["llm"],
                     "roles": {**roles["roles"], **override.get("roles", {})}}
     if exp.gen_kwargs and exp.scoring == "generative":  # the answer's room in the window, kept out of packing
-        given = dict(kv.split("=", 1) for kv in exp.gen_kwargs.split(",") if "=" in kv)
+        given = key_values(exp.gen_kwargs)
         if "max_gen_toks" in given:
             override["answer_tokens"] = int(given["max_gen_toks"])
     if exp.candidate_ratio:
