@@ -23,6 +23,7 @@ from .hybrid import RRF_K, Fused, best_per_document, fuse, rrf_score
 
 UNITS = ("passage", "document")
 RETRIEVERS = ("dense", "bm25", "splade")
+DOCUMENT_FETCH = 4  # passages each retriever returns per document wanted (a document holds several)
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,7 @@ class Searcher:
         per = k if fusion == "union" else (depth or max(2 * k, 100))
         excluded = [self._excluded_rows(p) if p else set() for p in exclude_pmids]
         extra = max((int(sum(self.ranges[r, 1] - self.ranges[r, 0] for r in ex)) for ex in excluded if ex), default=0)
-        fetch = per * (4 if unit == "document" else 1) + extra  # documents: several passages each
+        fetch = per * (DOCUMENT_FETCH if unit == "document" else 1) + extra
         ranked = {name: self._ranked(name, queries, fetch) for name in self.retrievers}
         if len(self.retrievers) == 1 and unit == "passage":
             return self._one_retriever(ranked, excluded, k, rrf_k)
@@ -293,7 +294,8 @@ class Searcher:
             raise Medr2Error("empty query: every query needs text")
         # the union of each retriever's top ``depth`` documents (as search ranks documents, nothing excluded), in
         # reciprocal-rank-fusion order; only rows are compared, no document is read
-        ranked = {name: self._ranked(name, [queries[i] for i in todo], depth * 4) for name in self.retrievers}
+        ranked = {name: self._ranked(name, [queries[i] for i in todo], depth * DOCUMENT_FETCH)
+                  for name in self.retrievers}
         for j, i in enumerate(todo):
             own = self.pmids.rows(pmids[i])
             fused, _ = self._fused(ranked, j, set(), "document", depth, "union", None, RRF_K)
