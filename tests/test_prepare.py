@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -135,15 +136,42 @@ def test_hand_edited_packs_are_refused(own_cache):
         prepare_tasks(_hooks(limit=1), log=lambda *_: None)
 
 
-def test_shards_in_any_order_and_ray_workers_assemble_the_same_packs(own_cache):
+@contextmanager
+def cpu_hog(nice: int = 0):
+    """Other processes keep every core busy for the duration (what a shared node does to a pre-pass), at priority
+    ``nice`` (Ray runs its workers at nice 15: a hog at 0 would all but stop them; at 19 the cores stay busy
+    whenever a worker waits, and the workers still get most of them)."""
+    hogs = [subprocess.Popen([sys.executable, "-c", f"import os; os.nice({nice})\nwhile True: pass"])
+            for _ in range(os.cpu_count() or 2)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+def test_shards_in_any_order_and_ray_workers_assemble_the_same_packs(own_cache, monkeypatch):
+    """The same packs, to the byte, in one process, in shards in any order and on Ray workers on a loaded machine.
+
+    A Ray worker's torch follows OMP_NUM_THREADS=1 (Ray's setting); the pre-pass spec fixes the kernels' threads in
+    every process instead. The reference runs after this process was set to 3 threads (a machine whose default
+    differs from Ray's 1; on this CPU Gemma's logits at 3 threads differ in their last bits from those at 1 or 2).
+    """
+    import torch
+
     from medr2_hooks.prepass.prepare import Shard, prepare_tasks
 
     quiet = lambda *_: None  # noqa: E731
+    monkeypatch.setenv("MEDR2_THREADS", "2")
     own_cache("unsharded")
+    torch.set_num_threads(3)
     started = time.perf_counter()
     whole = prepare_tasks(_hooks(), log=quiet)[TASK]
     unsharded_s = time.perf_counter() - started
     reference = Path(whole["packs"]).read_bytes()
+    assert json.loads(Path(whole["record"]).read_text())["numerics"] == {"threads": 2}
+    assert torch.get_num_threads() == 3  # the pre-pass's setting ends with it
 
     cache = own_cache("sharded")
     started = time.perf_counter()
@@ -170,18 +198,21 @@ def test_shards_in_any_order_and_ray_workers_assemble_the_same_packs(own_cache):
     attached = prepass_records(config)[TASK]
     assert sorted(s["shard"] for s in attached["shards"]) == ["0/2", "1/2"]
 
-    # Ray, as a user runs it: `medr2 prepare --ray` in its own process. In the test process, Ray's crash-signal
-    # handlers would replace the JVM's (pyserini's Lucene runs in this process too), and the JVM's own SIGSEGVs
-    # (implicit null checks) would then kill pytest: a segfault seen in a local CI run.
+    # Ray, as a user runs it: `medr2 prepare --ray` in its own process, on a loaded machine. In the test process,
+    # Ray's crash-signal handlers would replace the JVM's (pyserini's Lucene runs in this process too), and the JVM's
+    # own SIGSEGVs (implicit null checks) would then kill pytest: a segfault seen in a local CI run.
     pytest.importorskip("ray")
     own_cache("ray")
-    env = {**os.environ, "WANDB_MODE": "offline"}
-    done = subprocess.run([sys.executable, "-m", "medr2_hooks.cli.main", "prepare", "--tasks", TASK, "--metadata",
-                           json.dumps(_metadata()), "--ray", "--workers", "2", "--json"],
-                          env=env, capture_output=True, text=True, timeout=1800)
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "3"}
+    with cpu_hog(nice=19):
+        done = subprocess.run([sys.executable, "-m", "medr2_hooks.cli.main", "prepare", "--tasks", TASK,
+                               "--metadata", json.dumps(_metadata()), "--ray", "--workers", "2", "--json"],
+                              env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout)[TASK]
     assert [s["shard"] for s in out["shards"]] == ["0/2", "1/2"] and out["model_calls"] == 0
+    for shard in out["shards"]:
+        assert json.loads(Path(shard["record"]).read_text())["numerics"] == {"threads": 2}
     assert Path(out["packs"]).read_bytes() == reference
 
 
@@ -214,3 +245,43 @@ def test_ranks_above_zero_wait_for_rank_zeros_packs(own_cache, monkeypatch):
     packs = hook.packs_for(spec)
     rank0.join()
     assert len(packs) == 2 and json.loads(spec.packs_path.read_text())["packs"] == packs
+
+
+def test_ctrl_c_during_prepare_then_a_rerun_resumes_from_what_was_cached(own_cache):
+    """Issue 39 (also confirm): SIGINT while `medr2 prepare` computes leaves a stage cache and results folder the
+    re-run resumes from: the stages cached before the interrupt are hits, and the packs are those of a run that was
+    never interrupted."""
+    import signal
+    import sqlite3
+
+    cache = own_cache("interrupted")
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    command = [sys.executable, "-m", "medr2_hooks.cli.main", "prepare", "--tasks", TASK, "--metadata",
+               json.dumps(_metadata(limit=2)), "--json"]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, rows = time.time() + 600, 0
+    while time.time() < deadline and proc.poll() is None and rows < 3:
+        time.sleep(1)
+        if (cache / "stages.sqlite").is_file():
+            with sqlite3.connect(cache / "stages.sqlite", timeout=30) as db:
+                rows = db.execute("SELECT COUNT(DISTINCT stage) FROM stage").fetchone()[0]
+    assert proc.poll() is None, "the pre-pass ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and "interrupted: a re-run resumes from what is cached" in err
+    assert "Traceback" not in err
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)[TASK]
+    record = json.loads(Path(out["record"]).read_text())
+    assert sum(v for k, v in record["cache"].items() if k.endswith(":hit")) > 0  # resumed, not redone
+    assert not [p for p in cache.rglob("*.tmp")] and not list((cache / "packs").glob(".*"))  # nothing half-written
+    own_cache("whole")
+    whole = prepare_tasks_quietly(limit=2)
+    assert Path(out["packs"]).read_bytes() == Path(whole["packs"]).read_bytes()
+
+
+def prepare_tasks_quietly(limit: int) -> dict:
+    from medr2_hooks.prepass.prepare import prepare_tasks
+
+    return prepare_tasks(_hooks(limit=limit), log=lambda *_: None)[TASK]

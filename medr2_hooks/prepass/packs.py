@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..data.record import Record
@@ -108,8 +109,10 @@ def run_prepass(spec: PrepassSpec, write: bool = True, shard: str | None = None,
     cache); write its record (at ``record_path``, default the spec's) and, with ``write``, its packs."""
     from ..pipeline.medr2 import MedR2
 
-    packs, record = prepare_records(MedR2(spec.cfg, cache=cache), spec.benchmark, spec.eval_records, spec.demos,
-                                    spec.scoring)
+    with kernel_threads(spec.threads):
+        packs, record = prepare_records(MedR2(spec.cfg, cache=cache), spec.benchmark, spec.eval_records, spec.demos,
+                                        spec.scoring)
+    record["numerics"] = {"threads": spec.threads}
     record.update(benchmark=spec.benchmark, subject=spec.subject, key=spec.key, identity=spec.identity(), shard=shard,
                   roles_check=spec.roles_check,
                   subset={"items": len(spec.eval_records), "of": len(spec.eval_records) + len(spec.unprepared)}
@@ -128,6 +131,23 @@ def run_prepass(spec: PrepassSpec, write: bool = True, shard: str | None = None,
         record["stage_runs"] = {"folder": str(folder), "stages": write_runs(folder, runs, spec.name)}
     _write_record(redact(record), path)
     return packs, record
+
+
+@contextmanager
+def kernel_threads(n: int):
+    """torch's and FAISS's CPU threads set to ``n`` for the duration (restored after: an in-process pre-pass runs
+    inside lm-eval, beside a target that may be on the CPU too)."""
+    import faiss
+    import torch
+
+    before = torch.get_num_threads(), faiss.omp_get_max_threads()
+    torch.set_num_threads(n)
+    faiss.omp_set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before[0])
+        faiss.omp_set_num_threads(before[1])
 
 
 PREPARE = {"medr2": "medr2_hooks.pipeline.run:prepare", "llm_amt": "medr2_hooks.pipeline.llm_amt:prepare"}

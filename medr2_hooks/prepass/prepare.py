@@ -13,9 +13,10 @@ model call. ``--ray`` does both on a Ray cluster: one shard per worker (one GPU 
 then the assembly on the driver. The cache folder (``MEDR2_CACHE_DIR``) must be on a filesystem every worker
 sees (NFS, Lustre, GPFS).
 
-A shard's values are the values an unsharded run computes when each model call's result does not depend on
-which other prompts share its batch (one prompt per batch, or a batch-invariant engine); with batched float
-kernels the last bits of a score can differ between batch compositions.
+A shard's values are the values an unsharded run computes when every process computes with the same kernel
+threads (the spec's ``threads``, set in every process that runs the pre-pass: :func:`.packs.kernel_threads`) and
+each model call's result does not depend on which other prompts share its batch (one prompt per batch, or a
+batch-invariant engine); with batched float kernels the last bits of a score can differ between batch compositions.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from .. import settings
 from ..errors import Medr2Error
 from .packs import read_packs, run_prepass
 from .spec import prepass_spec
@@ -154,7 +156,8 @@ def prepare_with_ray(hooks: dict[str, dict], workers: int | None = None, address
         gpus = int(ray.cluster_resources().get("GPU", 0))
         count = workers or gpus or int(ray.cluster_resources().get("CPU", 1))
         remote = ray.remote(num_gpus=1 if gpus else 0, num_cpus=1)(_ray_shard)
-        env = {k: os.environ[k] for k in SHARED_ENV if k in os.environ}
+        # the driver's thread count: a Ray worker's own default would follow OMP_NUM_THREADS, which Ray sets to 1
+        env = {k: os.environ[k] for k in SHARED_ENV if k in os.environ} | {"MEDR2_THREADS": str(settings.threads())}
         log(f"ray: {count} shards on {ray.cluster_resources()}")
         shards = ray.get([remote.remote(hooks, Shard(i, count), env) for i in range(count)])
     finally:

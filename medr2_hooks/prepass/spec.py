@@ -72,6 +72,11 @@ class PrepassSpec:
     scoring: str = "letters"  # how the target answers: the demonstrations are rendered for it
     unprepared: tuple[Record, ...] = ()  # the task's items after the limit: rows lm-eval must not evaluate
     roles_check: dict | None = None  # which embedded parts run behind which target (not part of the identity)
+    # CPU threads of the float kernels (torch, FAISS), set in every process that runs this pre-pass (the driver, each
+    # shard, each Ray worker): a float reduction split over another number of threads can differ in its last bits,
+    # and shards must compute what the unsharded run computes. Recorded, not part of the identity (GPU kernels
+    # ignore it; a cache made at another count holds the same values up to float rounding).
+    threads: int = 1
 
     def identity(self, items: bool = True) -> dict:
         from ..pipeline.identity import backend_identity
@@ -196,7 +201,7 @@ def build_spec(benchmark: str, method: str = "medr2", scoring: str = "letters", 
                data_dir: str | None = None, subject: str | None = None, limit: int | None = None,
                split: str | None = None, trained_items: list[str] | None = None,
                cases_file: str | dict | None = None, target: str | None = None,
-               allow_embedded_roles: bool = False, **metadata) -> PrepassSpec:
+               allow_embedded_roles: bool = False, threads: int | None = None, **metadata) -> PrepassSpec:
     """:func:`prepass_spec`, built now."""
     named = methods.method(method)
     if not named.retrieval:
@@ -213,6 +218,8 @@ def build_spec(benchmark: str, method: str = "medr2", scoring: str = "letters", 
     roles_check = check_roles(cfg, target, allow_embedded_roles, f"{benchmark} {method}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0):
         raise ConfigError(f"{benchmark}: metadata limit must be a number >= 0, found {limit!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ConfigError(f"{benchmark}: metadata threads must be a whole number >= 1, found {threads!r}")
     pools = data.pools(benchmark, source=source, data_dir=data_dir, cases_file=cases_file)
     eval_records = select(pools.eval, subject, split)
     refuse_trained(benchmark, eval_records, trained_items, limit)
@@ -222,4 +229,4 @@ def build_spec(benchmark: str, method: str = "medr2", scoring: str = "letters", 
         eval_records = eval_records[: int(limit)]
     demos = pools.demos[: cfg.max_demos] if cfg.max_demos is not None else pools.demos
     return PrepassSpec(benchmark, subject, split, source, cfg, list(eval_records), list(demos), limited, scoring, rest,
-                       roles_check)
+                       roles_check, threads or settings.threads())
