@@ -16,18 +16,17 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import Medr2Error
+from .errors import DataError, Medr2Error, RowError
 
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=@-]{0,199}")
 
 
 def _file_mode() -> int:
     """``0666`` less the umask: what ``open(path, "w")`` would create (mkstemp's own 0600 is not)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
+    return 0o666 & ~_umask()
 
 
 class UnsafeNameError(Medr2Error, ValueError):
@@ -67,3 +66,60 @@ def atomic_save_npy(path: Path, array) -> None:
     import numpy as np
 
     _atomic_replace(path, lambda fh: np.save(fh, array, allow_pickle=False))
+
+
+def read_json(path: Path, what: str = "file"):
+    """The JSON in ``path`` (UTF-8), or a one-line DataError naming the file (and line) when it is missing, not
+    UTF-8 or not JSON (truncated, hand-edited)."""
+    import json
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such {what}") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RowError(path, exc.lineno, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise DataError(f"{path}: JSON nested too deeply") from None
+
+
+@contextmanager
+def replaced_folder(path: Path):
+    """A staging folder that replaces ``path`` as a whole when the block ends without an error: the folder then holds
+    exactly what the block wrote, never an earlier writer's files beside them; on an error nothing changes. While
+    the block runs, a second writer of the same folder (another process) is refused at once, naming the folder."""
+    import fcntl
+    import shutil
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Medr2Error(f"{path}: another process is writing this folder now (an evaluation of the same "
+                             "name): wait for it, or give another --run_name") from None
+        staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.partial-"))
+        try:
+            os.chmod(staging, 0o777 & ~_umask())
+            yield staging
+            old = path.with_name(f".{path.name}.replaced-{os.getpid()}")
+            if path.exists():
+                os.replace(path, old)
+            os.replace(staging, path)
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

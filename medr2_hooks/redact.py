@@ -57,6 +57,14 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def has_credentials(url: str) -> bool:
+    """Whether ``url`` holds a user, a password or a credential-like query parameter."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    parts = urlsplit(url)
+    return "@" in parts.netloc or any(_secret_param(k) for k, _ in parse_qsl(parts.query, keep_blank_values=True))
+
+
 def _redact_key_values(text: str) -> str:
     """``key=value,...`` strings (lm-eval's ``model_args``): secret values replaced."""
     return _KEY_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}={REDACTED}" if is_secret_key(m.group(2))
@@ -65,8 +73,9 @@ def _redact_key_values(text: str) -> str:
 
 def redact(obj: Any) -> Any:
     """A copy of ``obj`` (dicts, lists, strings) with every credential-like value replaced by ``<redacted>``."""
-    if isinstance(obj, dict):
-        return {k: (REDACTED if is_secret_key(k) and v not in (None, "") else redact(v)) for k, v in obj.items()}
+    if isinstance(obj, dict):  # keys too: a usage table keyed "<model>@<endpoint>" holds a URL in its keys
+        return {(redact(k) if isinstance(k, str) else k): (REDACTED if is_secret_key(k) and v not in (None, "")
+                                                           else redact(v)) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [redact(v) for v in obj]
     if isinstance(obj, str):

@@ -65,11 +65,16 @@ def test_client_mistakes_are_400s_naming_the_field(server):
         status, answer = _post(server, "completions", body)
         assert status == 400 and field in answer["error"]["message"], (body, answer)
     for raw, what in ((b'{"prompt": "x", "max_tokens": 1e400}', "max_tokens"), (b"{nope", "not JSON"),
-                      (b'{"prompt": "x", "max_tokens": NaN}', "NaN"), (b"\xff\xfe", "not JSON")):
+                      (b'{"prompt": "x", "max_tokens": NaN}', "NaN"), (b"\xff\xfe", "not JSON"),
+                      # issue 39.7: each closed the connection without an answer on 5779058
+                      (b'{"prompt": "lone \\ud800 surrogate"}', "lone UTF-16 surrogate"),
+                      (b'{"prompt": "x", "stop": ' + b"[" * 5_000 + b"]" * 5_000 + b"}", "nested too deeply")):
         status, answer = _post(server, "completions", raw=raw)
         assert status == 400 and what in answer["error"]["message"], (raw, answer)
     status, answer = _post(server, "chat/completions", {"messages": [{"role": "robot", "content": "x"}]})
     assert status == 400 and "messages" in answer["error"]["message"]
+    status, answer = _post(server, "chat/completions", raw=b'{"messages": [{"role": "user", "content": "\\udfff"}]}')
+    assert status == 400 and "surrogate" in answer["error"]["message"]
     status, answer = _post(server, "completions", {"prompt": "x" * 70_000})
     assert status == 400 and "bytes; at most" in answer["error"]["message"]
     # still answering after all of that (the batcher thread is alive)

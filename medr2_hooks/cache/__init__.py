@@ -203,10 +203,11 @@ class StageCache:
             self._db.execute("COMMIT")
 
     def cached(self, stage: str, inputs: list[Any], config: Any, compute, batch_size: int = 64,
-               shape: Any = None) -> list[Any]:
+               shape: Any = None, keep=None) -> list[Any]:
         """Values for ``inputs`` in order; misses are computed with ``compute(list_of_inputs) -> list`` in
         batches and stored after each batch. ``shape`` (see :func:`conforms`) is what a stored value must look
-        like to be used; computed values are checked against it too."""
+        like to be used; computed values are checked against it too. ``keep(input, value) -> bool``: a computed
+        value it refuses (an empty or unreadable reply) is returned but never stored, so the next run asks again."""
         keys = [self.key(x, config) for x in inputs]
         found = self.get_many(stage, list(dict.fromkeys(keys)), config, shape)
         missing = [i for i, k in enumerate(keys) if k not in found]
@@ -229,7 +230,8 @@ class StageCache:
             bad = [v for v in decoded.values() if not conforms(v, shape)]
             if bad:
                 raise RuntimeError(f"stage {stage}: computed a value of the wrong shape: {bad[0]!r:.200}")
-            self.put_many(stage, produced, config)
+            stored = produced if keep is None else {k: v for k, v in produced.items() if keep(todo[k], decoded[k])}
+            self.put_many(stage, stored, config)
             found.update(decoded)
         return [found[k] for k in keys]
 

@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     except Medr2Error as exc:
         print(f"medr2 {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: what is computed is in the stage cache; nothing half-written stays
+        print(f"medr2 {args.command}: interrupted: a re-run resumes from what is cached", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # the reader went away (`medr2 tasks | head`): stop quietly, as Unix tools do
         import os
 

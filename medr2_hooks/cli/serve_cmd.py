@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="embedded:gemma-270m", help="embedded: name, local folder or hub id")
     parser.add_argument("--name", help="the model name clients send (default: --model)")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=_count(0), default=8000)
+    parser.add_argument("--port", type=_count(0, 65535), default=8000, help="TCP port (0-65535; default 8000)")
     parser.add_argument("--batch_size", "--batch-size", dest="batch_size", type=_count(1), default=8,
                         help="prompts per forward pass (>= 1)")
     parser.add_argument("--max_batch", "--max-batch", dest="max_batch", type=_count(1), default=64,
@@ -34,14 +34,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="float32")
 
 
-def _count(low: int):
+def _count(low: int, high: int | None = None):
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a whole number, found {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, found {value}")
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be >= {low}{f' and <= {high}' if high is not None else ''}, "
+                                             f"found {value}")
         return value
     return parse
 
@@ -53,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
 
     from ..errors import Medr2Error
     from ..llm.hf import HFBackend
-    from ..llm.serve import make_server
+    from ..llm.local import check_model_folder
+    from ..llm.serve import check_port, make_server
     from ..llm.serve_protocol import Limits
 
     key = None
@@ -61,7 +63,13 @@ def run(args: argparse.Namespace) -> int:
         key = os.environ.get(args.api_key_env)
         if not key:
             raise Medr2Error(f"--api_key_env {args.api_key_env}: the variable is not set")
-    backend = HFBackend(args.model, dtype=args.dtype, batch_size=args.batch_size)
+    # mistakes found before the model loads (a load takes seconds to minutes)
+    check_port(args.host, args.port)
+    check_model_folder(args.model)
+    try:
+        backend = HFBackend(args.model, dtype=args.dtype, batch_size=args.batch_size)
+    except OSError as exc:  # transformers: no such hub id offline, a folder without weights
+        raise Medr2Error(f"--model {args.model}: cannot be loaded ({str(exc).splitlines()[0]})") from None
     server = make_server(backend, args.name or args.model, args.host, args.port, args.max_batch,
                          limits=Limits(max_tokens=args.max_tokens, max_prompts=args.max_prompts), api_key=key,
                          max_body=args.max_body_mb * 1024 * 1024)

@@ -3,7 +3,6 @@ its packs; and a retrieval-only search of a collection's queries (``medr2 eviden
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,20 +34,41 @@ def run_folder(name_or_path: str) -> Path:
 
 
 def from_run(name_or_path: str) -> list[RunEvidence]:
-    """The evidence of every retrieval task of one run (``medr2 eval`` folder)."""
+    """The evidence of every retrieval task of one run (``medr2 eval`` folder); a damaged ``run.json`` or stage run
+    is a DataError naming the file and the field."""
+    from ..errors import DataError
+    from ..fs import read_json
+
     folder = run_folder(name_or_path)
-    record = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    path = folder / "run.json"
+    record = read_json(path, "run record")
+    if not isinstance(record, dict):
+        raise DataError(f"{path}: expected a run record (a JSON object), found {type(record).__name__}")
+    prepass = record.get("prepass") or {}
+    if not isinstance(prepass, dict):
+        raise DataError(f"{path}: field 'prepass' must be an object of tasks, found {type(prepass).__name__}")
     out = []
-    for task, pre in (record.get("prepass") or {}).items():
+    for task, pre in prepass.items():
+        where = f"{path}: prepass.{task}"
+        if not isinstance(pre, dict):
+            raise DataError(f"{where} must be an object, found {type(pre).__name__}")
         runs = pre.get("stage_runs") or {}
-        if not runs.get("folder") or not Path(runs["folder"]).is_dir():
+        if not isinstance(runs, dict) or not runs.get("folder") or not Path(str(runs["folder"])).is_dir():
             raise Medr2Error(f"{folder.name}: task {task} has no stage runs (made before they were recorded?): run it "
                              "again to score its evidence")
-        stages = {s: read_run(Path(runs["folder"]) / f"{s}.trec") for s in runs["stages"]}
-        packs = (pre.get("packs") or {}).get("packs")
-        out.append(RunEvidence(f"{folder.name}:{task}", pre.get("method", "?"), pre.get("benchmark", "?"),
-                               (pre.get("index") or {}).get("name", "?"), stages, pre["identity"]["eval_ids"],
-                               Path(packs) if packs else None))
+        stages = runs.get("stages")
+        if not isinstance(stages, list) or not all(isinstance(x, str) for x in stages):
+            raise DataError(f"{where}.stage_runs.stages must be a list of stage names, found {stages!r:.80}")
+        eval_ids = (pre.get("identity") or {}).get("eval_ids") if isinstance(pre.get("identity"), dict) else None
+        if not isinstance(eval_ids, list) or not all(isinstance(x, str) for x in eval_ids):
+            raise DataError(f"{where}.identity.eval_ids must be the list of the questions it evaluated, found "
+                            f"{eval_ids!r:.80}")
+        index = pre.get("index") if isinstance(pre.get("index"), dict) else {}
+        packs = (pre.get("packs") or {}).get("packs") if isinstance(pre.get("packs"), dict) else None
+        out.append(RunEvidence(f"{folder.name}:{task}", str(pre.get("method") or "?"),
+                               str(pre.get("benchmark") or "?"), str(index.get("name") or "?"),
+                               {s: read_run(Path(runs["folder"]) / f"{s}.trec") for s in stages}, eval_ids,
+                               Path(packs) if isinstance(packs, str) and packs else None))
     if not out:
         raise Medr2Error(f"{folder.name}: no retrieval task (direct runs have no evidence to score)")
     return out
@@ -71,6 +91,8 @@ def search(index: str, queries: dict[str, str], k: int = 100) -> dict[str, dict[
 
 def packed_texts(packs: Path) -> dict[str, str]:
     """The evidence each question was given (its prompt prefix), by question id, from a packs file and its identity."""
-    stored = json.loads(packs.read_text(encoding="utf-8"))
+    from ..fs import read_json
+
+    stored = read_json(packs, "packs file")
     ids = stored["identity"]["eval_ids"]
     return {q: p["prefix"] for q, p in zip(ids, stored["packs"])}

@@ -54,6 +54,24 @@ def stage_scores(label: str, stages: dict[str, dict[str, list[str]]], qrels: dic
     return out
 
 
+def check_judged(label: str, stages: dict[str, dict[str, list[str]]], qrels: dict[str, dict[str, int]],
+                 collection: str) -> list[str]:
+    """The stages that ranked nothing (to be flagged beside the others); a Medr2Error when nothing can be scored:
+    no stage ranked a document, or none of the ranked documents is judged in ``collection`` (the run searched
+    another corpus, or the collection is not the one its index holds: every score would be 0)."""
+    from ..errors import Medr2Error
+
+    ranked = {d for run in stages.values() for docs in run.values() for d in docs}
+    if not ranked:
+        raise Medr2Error(f"{label}: its stages ranked no document: nothing to score")
+    judged = {d for docs in qrels.values() for d in docs}
+    if not ranked & judged:
+        raise Medr2Error(f"{label}: none of the {len(ranked)} documents it ranked is judged in collection "
+                         f"{collection!r} ({len(judged)} judged documents): it searched another corpus; score it "
+                         "against the collection its index holds")
+    return [s for s, run in stages.items() if not any(run.values())]
+
+
 def paired(a: StageScore, b: StageScore, measure: str) -> dict | None:
     """``b − a`` on the questions both scored, with the bootstrap 95% interval (None when they share none)."""
     from ..stats import paired_bootstrap

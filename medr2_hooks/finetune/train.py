@@ -73,10 +73,10 @@ def train(recipe: FinetuneRecipe, log=print, wandb_run=None) -> dict:
     """Train (or resume) ``recipe``; returns the manifest written into ``<out>/final``."""
     import torch
     from accelerate import Accelerator
-    from transformers import AutoModelForCausalLM, AutoTokenizer, get_cosine_schedule_with_warmup
+    from transformers import AutoTokenizer, get_cosine_schedule_with_warmup
 
     from ..llm.embedded import resolve
-    from ..llm.local import weights_revision
+    from ..llm.local import load_causal_lm, weights_revision
 
     out = recipe.out_dir()
     final = out / "final"
@@ -94,7 +94,7 @@ def train(recipe: FinetuneRecipe, log=print, wandb_run=None) -> dict:
     total = min(total, recipe.max_steps) if recipe.max_steps else total
 
     torch.manual_seed(recipe.seed)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)  # master weights (see the module doc)
+    model = load_causal_lm(path, torch.float32)  # master weights (see the module doc)
     model.config.use_cache = False
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
     scheduler = get_cosine_schedule_with_warmup(optimizer, math.ceil(recipe.warmup_ratio * total), total)

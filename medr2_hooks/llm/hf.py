@@ -28,9 +28,9 @@ def pad(seqs: list[list[int]], pad_id: int, left: bool) -> tuple[torch.Tensor, t
 class HFBackend:
     def __init__(self, model: str, dtype: str = "float32", device: str | None = None, batch_size: int = 8,
                  max_length: int | None = None):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
-        from .local import weights_revision
+        from .local import load_causal_lm, weights_revision
 
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a whole number >= 1, found {batch_size!r}")
@@ -42,7 +42,7 @@ class HFBackend:
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        self.model = load_causal_lm(self.path, getattr(torch, dtype)).to(self.device).eval()
         self.batch_size = batch_size
         self.max_length = max_length or int(getattr(self.model.config, "max_position_embeddings", 8192))
         self.usage = Usage()

@@ -33,3 +33,33 @@ def default_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_causal_lm(path: str, dtype):
+    """A causal language model from ``path``, refused when transformers had to initialise any of its weights afresh
+    (a sentence encoder or a classifier loads as a causal LM with a random head and would answer random text)."""
+    from transformers import AutoModelForCausalLM
+
+    from ..errors import Medr2Error
+
+    model, info = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, output_loading_info=True)
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        raise Medr2Error(f"{path} is not a trained causal language model: transformers initialised {len(missing)} of "
+                         f"its {type(model).__name__} weights afresh ({', '.join(missing[:3])}"
+                         f"{', ...' if len(missing) > 3 else ''}); give a generator (a sentence encoder such as "
+                         "embedded:minilm has no language-model head)")
+    return model
+
+
+def check_model_folder(name: str) -> None:
+    """A Medr2Error when ``name`` is an existing path that holds no model (no ``config.json``); hub ids and
+    ``embedded:`` names pass (they are resolved when loaded)."""
+    from ..errors import Medr2Error
+
+    path = Path(name).expanduser()
+    if name.startswith("embedded:") or not path.exists():
+        return
+    if not path.is_dir() or not (path / "config.json").is_file():
+        raise Medr2Error(f"{name} holds no model: expected a folder with config.json and weights (a transformers "
+                         "save_pretrained folder)")

@@ -19,12 +19,14 @@ exponential backoff; anything else fails at once.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import Medr2Error
+from ..redact import REDACTED, public_url, redact
 from .backend import Usage, cut_at_stop
 
 
@@ -45,11 +47,17 @@ class OpenAIBackend:
         self.api = api
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL", "http://localhost:8000/v1")).rstrip("/")
         key = api_key or os.environ.get(api_key_env)
+        from urllib.parse import urlsplit
+
+        # what a message must never show, whatever form a library's error puts it in
+        self._secrets = [x for x in (urlsplit(self.base_url).password, key) if x]
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._local = threading.local()
         self.concurrency, self.request_batch = concurrency, request_batch
         self.max_retries, self.backoff = max_retries, backoff
-        self.model, self.model_id = model, f"{model}@{self.base_url}"
+        # what records, cache keys, logged samples and messages name: the endpoint without user, password or key
+        self.endpoint = public_url(self.base_url)
+        self.model, self.model_id = model, f"{model}@{self.endpoint}"
         self.timeout, self.max_length = timeout, max_length
         self._tok = None
         if tokenizer:
@@ -88,10 +96,11 @@ class OpenAIBackend:
                 if transient and attempt < self.max_retries:
                     time.sleep(self.backoff * 2 ** attempt)
                     continue
-                reason = (f"HTTP {status}: {exc.response.text[:200]}" if exc.response is not None
-                          else f"{type(exc).__name__}: {exc}")
+                reason = self._scrub(f"HTTP {status}: {exc.response.text[:200]}" if exc.response is not None
+                                     else f"{type(exc).__name__}: {exc}")
                 tries = f" after {attempt + 1} attempts" if attempt else ""
-                raise EndpointError(f"role {role!r}: the OpenAI-compatible endpoint {url} (model {self.model!r}) "
+                raise EndpointError(f"role {role!r}: the OpenAI-compatible endpoint {public_url(url)} "
+                                    f"(model {self.model!r}) "
                                     f"failed{tries}: {reason}. Is the server running (vllm serve ...) at that "
                                     "base_url?") from None
         raise AssertionError("unreachable")
@@ -105,9 +114,10 @@ class OpenAIBackend:
         try:
             self.session.get(url, timeout=min(self.timeout, 30)).raise_for_status()
         except requests.RequestException as exc:
-            reason = (f"HTTP {exc.response.status_code}: {exc.response.text[:200]}" if exc.response is not None
-                      else f"{type(exc).__name__}: {exc}")
-            raise EndpointError(f"role {role!r}: the OpenAI-compatible endpoint {url} (model {self.model!r}) cannot "
+            reason = self._scrub(f"HTTP {exc.response.status_code}: {exc.response.text[:200]}"
+                                 if exc.response is not None else f"{type(exc).__name__}: {exc}")
+            raise EndpointError(f"role {role!r}: the OpenAI-compatible endpoint {public_url(url)} "
+                                f"(model {self.model!r}) cannot "
                                 f"be used: {reason}") from None
 
     def _complete(self, prompts: list[str], payload: dict, role: str) -> tuple[list[dict], dict]:
@@ -117,13 +127,15 @@ class OpenAIBackend:
             chunks = [[p] for p in prompts]
 
             def call(chunk: list[str]) -> dict:
-                body = self._post("chat/completions", {"messages": [{"role": "user", "content": chunk[0]}],
-                                                       **payload}, role)
+                body = self._answer(self._post("chat/completions", {"messages": [{"role": "user", "content": chunk[0]}],
+                                                                    **payload}, role), role, "message")
                 body["choices"] = [{"index": 0, "text": c["message"].get("content") or ""} for c in body["choices"][:1]]
                 return body
         else:
             chunks = [prompts[i:i + self.request_batch] for i in range(0, len(prompts), self.request_batch)]
-            call = lambda chunk: self._post("completions", {"prompt": chunk, **payload}, role)  # noqa: E731
+
+            def call(chunk: list[str]) -> dict:
+                return self._answer(self._post("completions", {"prompt": chunk, **payload}, role), role, "text")
         if len(chunks) == 1 or self.concurrency == 1:
             bodies = [call(c) for c in chunks]
         else:
@@ -132,14 +144,35 @@ class OpenAIBackend:
         choices: list[dict] = []
         usage = {"prompt_tokens": 0, "completion_tokens": 0}
         for chunk, body in zip(chunks, bodies):
-            ordered = sorted(body["choices"], key=lambda c: c["index"])
+            ordered = sorted(body["choices"], key=lambda c: c.get("index", 0))
             if len(ordered) != len(chunk):
-                raise EndpointError(f"role {role!r}: {self.base_url} answered {len(ordered)} choices for "
+                raise EndpointError(f"role {role!r}: {self.endpoint} answered {len(ordered)} choices for "
                                     f"{len(chunk)} prompts")
             choices += ordered
             for k in usage:
                 usage[k] += (body.get("usage") or {}).get(k, 0) or 0
         return choices, usage
+
+    def _scrub(self, text: str) -> str:
+        """``text`` (an error of a library, a server's answer) with URL credentials and this client's secrets
+        replaced by the redaction marker."""
+        text = redact(text)
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return text
+
+    def _answer(self, body, role: str, field: str) -> dict:
+        """``body`` when it is an OpenAI answer (``choices``: objects with ``index`` and ``field``), else an
+        EndpointError naming the endpoint (a proxy's or gateway's own JSON answers 200 without them)."""
+        choices = body.get("choices") if isinstance(body, dict) else None
+        if not isinstance(choices, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("index", 0), int) and
+                (isinstance(c.get(field), dict) if field == "message" else isinstance(c.get(field), str))
+                for c in choices):
+            shown = self._scrub(json.dumps(body)[:200]) if isinstance(body, (dict, list)) else type(body).__name__
+            raise EndpointError(f"role {role!r}: {self.endpoint} (model {self.model!r}) answered without OpenAI "
+                                f"choices carrying {field!r}: {shown}")
+        return body
 
     def count_tokens(self, texts: list[str]) -> list[int]:
         if self._tok is not None:

@@ -174,9 +174,18 @@ def make_server(backend, model_name: str, host: str = "127.0.0.1", port: int = 8
                 self.close_connection = True
                 raise BadRequest(f"the body ended after {len(raw)} of its {int(length)} bytes")
             try:
-                return json.loads(raw, parse_constant=_no_constant)
+                body = json.loads(raw, parse_constant=_no_constant)
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise BadRequest(f"the body is not JSON ({exc})") from None
+            except RecursionError:
+                raise BadRequest("the body's JSON is nested too deeply") from None
+            try:  # a lone surrogate ("\ud800") parses as JSON but is no text a tokenizer can read
+                json.dumps(body, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                raise BadRequest("a string in the body holds a lone UTF-16 surrogate: not text") from None
+            except RecursionError:
+                raise BadRequest("the body's JSON is nested too deeply") from None
+            return body
 
         def do_POST(self):
             with self.server.in_flight():
@@ -257,12 +266,27 @@ def start_background(backend, model_name: str, host: str = "127.0.0.1", port: in
     return server, f"http://{host}:{server.server_address[1]}/v1"
 
 
+def check_port(host: str, port: int) -> None:
+    """A Medr2Error naming the port when this process cannot listen there (taken, or not a port): checked before a
+    model loads, so a mistake costs no load."""
+    from ..errors import Medr2Error
+
+    if not 0 <= port <= 65535:
+        raise Medr2Error(f"port {port} is not a TCP port (0-65535)")
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds (allow_reuse_address)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise Medr2Error(f"cannot listen on {host}:{port} ({exc.strerror or exc}): stop what listens there or "
+                             "choose another port") from None
+
+
 @contextlib.contextmanager
 def serve_process(model: str, port: int, name: str | None = None, batch_size: int = 8, ready_seconds: float = 600,
                   log_path: str | None = None):
     """``medr2 serve`` in its own process (as ``vllm serve`` runs apart from the client) on ``port``; yields the
     base URL once ``/v1/models`` answers and stops the server on exit. A taken port is an error naming it."""
-    import socket
     import subprocess
     import sys
     import time
@@ -271,11 +295,7 @@ def serve_process(model: str, port: int, name: str | None = None, batch_size: in
     from ..errors import Medr2Error
     from ..procs import die_with_parent
 
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            raise Medr2Error(f"port {port} is taken: stop what listens there or choose another port") from None
+    check_port("127.0.0.1", port)
     url = f"http://127.0.0.1:{port}/v1"
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen([sys.executable, "-m", "medr2_hooks.cli.main", "serve", "--model", model, "--name",

@@ -22,6 +22,7 @@ names, which no pipeline role ever does.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +31,10 @@ from ..data import benchmark as benchmark_of, orphanet
 from ..config import ConfigError
 from ..errors import DataError
 from ..fs import atomic_write_text
+from ..redact import has_credentials, public_url
 from .diagnosis import N_DIAGNOSES, metrics, parse_list
 
+log = logging.getLogger(__name__)
 MAX_REPLY_TOKENS = 48 * N_DIAGNOSES  # one "k. <name>: score X;" line per diagnosis
 _GRADE_LINE = re.compile(r"^\s*\**\s*(\d+)\s*[.)].*?\bscore\b\W*([012])\b", re.IGNORECASE)
 
@@ -53,6 +56,12 @@ def check_judge(benchmark: str, judge) -> str:
     if any(k in judge for k in ("api_key", "token")):
         raise ConfigError(f"{benchmark}: metadata judge carries a secret: give it through the environment "
                           "(OPENAI_API_KEY, or api_key_env naming a variable) so it never reaches a results file")
+    url = judge.get("base_url")
+    if isinstance(url, str) and has_credentials(url):
+        # the spec travels in each doc's `judge` field, which lm-eval logs with every sample
+        raise ConfigError(f"{benchmark}: metadata judge.base_url carries credentials (user:password@ or a key in "
+                          f"its query): give {public_url(url)} and the key through the environment "
+                          "(OPENAI_API_KEY, or api_key_env naming a variable), so it never reaches a samples file")
     return json.dumps(judge, sort_keys=True)
 
 
@@ -129,7 +138,17 @@ class Judge:
         def ask(batch: list[str]) -> list[str]:
             return self.backend.generate(batch, max_new_tokens=MAX_REPLY_TOKENS, role="judge")
 
-        replies = iter(self.cache.cached("judge", prompts, config, ask, batch_size=256, shape=str) if prompts else [])
+        # an empty or unreadable reply (a judge that answered `content: null`) is used for this run, never cached:
+        # a later run over the same cases asks again instead of keeping the case at judge_unparseable
+        n_of = {p: len(c.items) for p, c in zip(prompts, asked)}
+        replies = self.cache.cached("judge", prompts, config, ask, batch_size=256, shape=str,
+                                    keep=lambda prompt, reply: parse_grades(reply, n_of[prompt])[1]) if prompts else []
+        unread = sum(not parse_grades(r, len(c.items))[1] for r, c in zip(replies, asked))
+        if unread:
+            log.warning("judge %s: %d of %d replies were empty or did not grade every diagnosis: counted as "
+                        "judge_unparseable and not cached (the next run asks again)", self.backend.model_id, unread,
+                        len(asked))
+        replies = iter(replies)
         out = []
         for case in cases:
             reply = next(replies) if case.items else ""

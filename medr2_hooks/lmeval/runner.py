@@ -21,7 +21,7 @@ from pathlib import Path
 from .. import settings
 from ..cache import stable_hash
 from ..errors import Medr2Error
-from ..fs import atomic_write_text, safe_component
+from ..fs import atomic_write_text, replaced_folder, safe_component
 from ..llm import embedded
 from ..redact import redact, redacted_argv
 from .registry import check_tasks
@@ -206,6 +206,12 @@ def prepare_in_subprocess(tasks: list[str], metadata: dict) -> dict:
 def _check(cfg: "EvalConfig") -> None:
     if cfg.limit is not None and (cfg.limit <= 0 or (cfg.limit >= 1 and cfg.limit != int(cfg.limit))):
         raise Medr2Error(f"--limit must be a whole number of items >= 1 or a fraction in (0, 1), found {cfg.limit:g}")
+    given = (cfg.metadata or {}).get("limit")
+    if cfg.limit is not None and given is not None and given != cfg.limit:
+        # lm-eval would evaluate --limit items of packs prepared for metadata's limit: items left unprepared, or
+        # prepared for nothing
+        raise Medr2Error(f"--limit {cfg.limit:g} and --metadata limit {given!r} differ: give the subset once "
+                         "(--limit sets both)")
     if cfg.run_name is not None:
         safe_component(cfg.run_name, "--run_name")
     if not cfg.tasks:
@@ -246,14 +252,39 @@ def _versions() -> dict[str, str]:
 
 
 def run_eval(cfg: EvalConfig) -> dict:
-    """Evaluate, save lm-eval results (+ samples) and a run record under ``results/``; log to W&B."""
+    """Evaluate, save lm-eval results (+ samples) and a run record under ``results/``; log to W&B.
+
+    The run folder holds exactly one run: it is written in a staging folder beside it and replaces the folder as a
+    whole when the run has written everything (an earlier run of the same name leaves no file behind to mix with
+    this one's); a second evaluation into the same folder while this one runs is refused at once."""
     if embedded.is_embedded(cfg.model):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
     _check(cfg)
+    name = cfg.run_name or default_run_name(cfg.tasks, cfg.model)
+    out_dir = Path(cfg.output_path) if cfg.output_path else settings.results_dir() / "runs" / name
+    with replaced_folder(out_dir) as staging:
+        results, samples, record = _evaluate(cfg, name, staging)
+    if cfg.wandb:
+        _log_wandb(cfg, name, results, samples, record, out_dir)
+
+    from lm_eval.utils import make_table
+
+    print(make_table(results))
+    if results.get("groups"):
+        print(make_table(results, "groups"))
+    for task, part in record["subset"].items():
+        print(f"{task}: a subset, {part['items']} of its {part['of']} items (not the benchmark's score)")
+    print(f"results: {out_dir}  (wall {record['wall_seconds']:.1f} s, peak RSS {record['peak_rss_mb']:.0f} MB)")
+    results["samples"] = samples
+    results["run_record"] = record
+    return results
+
+
+def _evaluate(cfg: EvalConfig, name: str, out_dir: Path) -> tuple[dict, dict | None, dict]:
+    """The evaluation (pre-pass first, then lm-eval); its results, samples and run record written into ``out_dir``."""
     from lm_eval import simple_evaluate
     from lm_eval.loggers import EvaluationTracker
-    from lm_eval.utils import make_table
 
     metadata = dict(cfg.metadata)
     if cfg.limit is not None and cfg.limit >= 1:
@@ -274,32 +305,17 @@ def run_eval(cfg: EvalConfig) -> dict:
     batch_size = cfg.batch_size or default_batch_size(embedded_name, cfg.tasks) or ("auto" if device != "cpu" else 4)
     if lm_model in SERVED_MODELS:  # lm-eval's API clients: requests per call; concurrency is num_concurrent
         batch_size = cfg.batch_size or 1
-    name = cfg.run_name or default_run_name(cfg.tasks, cfg.model)
-    out_dir = Path(cfg.output_path) if cfg.output_path else settings.results_dir() / "runs" / name
 
     register_models()
     started = time.time()
     prepared = prepare_in_subprocess(cfg.tasks, metadata) if cfg.prepare else {}
     results = simple_evaluate(
-        model=lm_model,
-        model_args=model_args,
-        tasks=cfg.tasks,
-        num_fewshot=cfg.num_fewshot,
-        batch_size=batch_size,
-        device=device,
-        limit=cfg.limit,
-        log_samples=cfg.log_samples,
-        gen_kwargs=cfg.gen_kwargs,
-        apply_chat_template=cfg.apply_chat_template,
-        task_manager=task_manager,
-        random_seed=cfg.seed,
-        numpy_random_seed=cfg.seed,
-        torch_random_seed=cfg.seed,
-        fewshot_random_seed=cfg.seed,
-        metadata=metadata or None,
-    )
+        model=lm_model, model_args=model_args, tasks=cfg.tasks, num_fewshot=cfg.num_fewshot, batch_size=batch_size,
+        device=device, limit=cfg.limit, log_samples=cfg.log_samples, gen_kwargs=cfg.gen_kwargs,
+        apply_chat_template=cfg.apply_chat_template, task_manager=task_manager, random_seed=cfg.seed,
+        numpy_random_seed=cfg.seed, torch_random_seed=cfg.seed, fewshot_random_seed=cfg.seed,
+        metadata=metadata or None)
     wall = time.time() - started
-    out_dir.mkdir(parents=True, exist_ok=True)  # only now: a failed evaluation leaves no empty run folder
     samples = results.pop("samples", None)
     results = redact(results)  # task configs carry --metadata, which may hold a role's credentials
     # the pre-pass records of this run's retrieval tasks (stage seconds, model calls, tokens, cache hits)
@@ -307,8 +323,6 @@ def run_eval(cfg: EvalConfig) -> dict:
     from ..evidence.scores import summarize
 
     from .judge import judge_record
-
-    evidence = summarize(prepass)  # tasks over a test collection: every stage scored against its gold evidence
 
     tracker = EvaluationTracker(output_path=str(out_dir))
     tracker.general_config_tracker.model_name = cfg.model
@@ -335,23 +349,12 @@ def run_eval(cfg: EvalConfig) -> dict:
         "groups": results.get("groups", {}),
         "n_samples": results.get("n-samples", {}),
         "subset": subsets(results.get("n-samples", {})),
-        "evidence": evidence,
+        # tasks over a test collection: every stage scored against its gold evidence
+        "evidence": summarize(prepass),
         "judge": judge_record(samples),  # RareArena tasks graded by the run's LLM judge: its model, counts
     })
     atomic_write_text(out_dir / "run.json", json.dumps(record, indent=2, ensure_ascii=False, default=str))
-
-    if cfg.wandb:
-        _log_wandb(cfg, name, results, samples, record, out_dir)
-
-    print(make_table(results))
-    if results.get("groups"):
-        print(make_table(results, "groups"))
-    for task, part in record["subset"].items():
-        print(f"{task}: a subset, {part['items']} of its {part['of']} items (not the benchmark's score)")
-    print(f"results: {out_dir}  (wall {wall:.1f} s, peak RSS {record['peak_rss_mb']:.0f} MB)")
-    results["samples"] = samples
-    results["run_record"] = record
-    return results
+    return results, samples, record
 
 
 def _samples_table(rows: list[dict]):

@@ -82,10 +82,33 @@ def write_runs(folder: Path, runs: dict[str, dict[str, list[str]]], run_name: st
 
 
 def read_run(path: Path) -> dict[str, list[str]]:
-    """A TREC run file as ``{qid: ranked doc ids}`` (by descending score, then rank)."""
+    """A TREC run file as ``{qid: ranked doc ids}`` (by descending score, then rank); a missing file or a line
+    that is not ``qid Q0 doc rank score tag`` is a DataError naming the file and line."""
+    import math
+
+    from ..errors import DataError, RowError
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(f"{path}: stage run file missing (the run folder is incomplete)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot be read as a TREC run ({exc})") from None
     rows: dict[str, list[tuple[float, int, str]]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            qid, _, doc, rank, score, _ = line.split()
-            rows.setdefault(qid, []).append((-float(score), int(rank), doc))
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split()
+        if len(fields) != 6:
+            raise RowError(path, lineno, None, f"a TREC run line has 6 fields (qid Q0 doc rank score tag), "
+                                               f"found {len(fields)}")
+        qid, _, doc, rank, score, _ = fields
+        try:
+            value = float(score)
+        except ValueError:
+            raise RowError(path, lineno, "score", f"not a number: {score!r}") from None
+        if not rank.isascii() or not rank.isdigit() or not math.isfinite(value):
+            raise RowError(path, lineno, "rank" if not rank.isdigit() else "score",
+                           f"expected a whole rank and a finite score, found {rank!r} {score!r}")
+        rows.setdefault(qid, []).append((-value, int(rank), doc))
     return {q: [d for _, _, d in sorted(items)] for q, items in rows.items()}
