@@ -150,6 +150,8 @@ def prepare_with_ray(hooks: dict[str, dict], workers: int | None = None, address
 
     for kwargs in hooks.values():  # once, here, before the workers read them
         ensure_index(prepass_spec(**kwargs).cfg.index, log=log)
+    if not address:  # a local cluster of our own: its workers at the driver's priority, not Ray's default nice 15
+        os.environ.setdefault("RAY_worker_niceness", "0")  # (on a busy node they would all but stop)
     ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
              **({} if address else {"num_cpus": workers or os.cpu_count()}))
     try:
