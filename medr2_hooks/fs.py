@@ -62,6 +62,32 @@ def atomic_write_text(path: Path, text: str) -> None:
     _atomic_replace(path, lambda fh: fh.write(text.encode("utf-8")))
 
 
+def write_json(path: Path, obj, indent: int | None = 1, sort_keys: bool = False, ascii: bool = False,
+               verbatim: bool = False) -> str:
+    """Write a JSON record: credentials redacted (keys and values, :func:`medr2_hooks.redact.redact`), atomically,
+    with the umask's mode; returns the text written. ``verbatim``: no redaction, for content that must stay byte for
+    byte what a model reads (evidence packs: their identity holds no credential, endpoints are public URLs). Every
+    JSON file the package writes goes through here (a test walks the code for writes that do not)."""
+    import json
+
+    from .redact import redact
+
+    text = json.dumps(obj if verbatim else redact(obj), indent=indent, ensure_ascii=ascii, sort_keys=sort_keys,
+                      default=str)
+    atomic_write_text(path, text)
+    return text
+
+
+def write_yaml(path: Path, obj, header: str = "") -> None:
+    """Write a YAML file (a task, a declared benchmark, a W&B sweep spec): credentials redacted, atomically, after
+    ``header`` (comment lines)."""
+    import yaml
+
+    from .redact import redact
+
+    atomic_write_text(path, header + yaml.safe_dump(redact(obj), sort_keys=False, allow_unicode=True))
+
+
 def atomic_save_npy(path: Path, array) -> None:
     import numpy as np
 

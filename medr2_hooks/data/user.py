@@ -12,7 +12,7 @@ from pathlib import Path
 from .. import settings
 from ..config import ConfigError, load_yaml
 from ..errors import UnknownNameError
-from ..fs import atomic_write_text, safe_component
+from ..fs import safe_component, write_yaml
 from . import declared
 
 
@@ -42,8 +42,6 @@ def _parsed(files: tuple) -> dict[str, declared.Declaration]:
 def register(decl: declared.Declaration, builtin: list[str], replace: bool = False) -> Path:
     """Write ``decl`` (already checked) to the user folder; a built-in name, or a registered one without
     ``replace``, is an error."""
-    import yaml
-
     if decl.name in builtin:
         raise ConfigError(f"{decl.origin}: name {decl.name!r} is a built-in benchmark; choose another name")
     path = folder() / f"{decl.name}.yaml"
@@ -51,9 +49,7 @@ def register(decl: declared.Declaration, builtin: list[str], replace: bool = Fal
         raise ConfigError(f"{decl.origin}: benchmark {decl.name!r} is already registered ({path}); "
                           f"pass --replace to overwrite it")
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = f"# registered by `medr2 benchmark add {decl.origin}`\n" + yaml.safe_dump(decl.to_json(), sort_keys=False,
-                                                                                     allow_unicode=True)
-    atomic_write_text(path, text)
+    write_yaml(path, decl.to_json(), f"# registered by `medr2 benchmark add {decl.origin}`\n")
     return path
 
 

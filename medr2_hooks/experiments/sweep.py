@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 
 from .. import settings
-from ..fs import atomic_write_text, safe_component
+from ..fs import safe_component, write_json
 from .expand import Run
 
 
@@ -110,7 +110,7 @@ def record_run(state_path: Path, experiment: str, run_name: str, entry: dict) ->
         if not isinstance(state.get("runs"), dict):
             state = {"experiment": experiment, "runs": {}}
         state["runs"][run_name] = entry
-        atomic_write_text(state_path, json.dumps(state, indent=1))
+        write_json(state_path, state, ascii=True)
     return state
 
 

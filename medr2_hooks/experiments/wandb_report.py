@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .. import settings
 from ..errors import Medr2Error
-from ..fs import atomic_write_text
+from ..fs import write_json
 from ..redact import redact
 from .config import Experiment
 from .expand import experiment_tag
@@ -122,5 +122,5 @@ def publish(exp: Experiment, out: Path, logged: dict, entity: str | None = None)
                          "--wandb_report_dry_run to build it without saving")
     report = build_report(exp, logged, entity)
     report.save()
-    atomic_write_text(out / "wandb_report.json", json.dumps({"url": report.url, "run_id": logged["run_id"]}, indent=1))
+    write_json(out / "wandb_report.json", {"url": report.url, "run_id": logged["run_id"]}, ascii=True)
     return report.url

@@ -28,7 +28,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from ..config import ConfigError
-from ..fs import atomic_write_text
+from ..fs import atomic_write_text, write_json
 from .examples import Row, check_no_overlap, training_rows
 from .recipe import FinetuneRecipe
 
@@ -176,7 +176,7 @@ def train(recipe: FinetuneRecipe, log=print, wandb_run=None) -> dict:
         acc.unwrap_model(model).save_pretrained(tmp, state_dict={k: v.to(keep) if v.is_floating_point() else v
                                                                  for k, v in weights.items()})
         tokenizer.save_pretrained(tmp)
-        atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=1))
+        write_json(tmp / MANIFEST, manifest, ascii=True)
         os.replace(tmp, final)
         log(f"finetune {recipe.name}: {total} steps, {len(rows)} examples, {manifest['train_seconds']} s, "
             f"loss {manifest['losses'][0]['loss']:.4f} -> {manifest['losses'][-1]['loss']:.4f}; checkpoint {final}")
@@ -188,8 +188,8 @@ def _checkpoint(acc, out: Path, state: dict) -> None:
     name = f"checkpoint-{state['step']:06d}"
     acc.save_state(str(out / name))
     if acc.is_main_process:
-        atomic_write_text(out / name / "trainer_state.json", json.dumps(state))
-        atomic_write_text(out / "latest.json", json.dumps({"checkpoint": name}))
+        write_json(out / name / "trainer_state.json", state, indent=None, ascii=True)
+        write_json(out / "latest.json", {"checkpoint": name}, indent=None, ascii=True)
         for old in out.glob("checkpoint-*"):
             if old.name != name:
                 shutil.rmtree(old, ignore_errors=True)

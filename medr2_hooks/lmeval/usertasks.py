@@ -14,10 +14,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import yaml
-
 from .. import settings
-from ..fs import atomic_write_text, safe_component
+from ..fs import atomic_write_text, safe_component, write_yaml
 
 def user_tasks_dir() -> Path:
     return settings.config_dir() / "tasks"
@@ -104,7 +102,7 @@ def write_task(folder_name: str, cfg: dict, header: str) -> Path:
     folder = user_tasks_dir() / safe_component(folder_name, "task folder")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{safe_component(cfg['task'], 'task name')}.yaml"
-    atomic_write_text(path, header + yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
+    write_yaml(path, cfg, header)
     return path
 
 

@@ -29,7 +29,7 @@ from ..corpus.document import Document, SkipReport
 from ..corpus.recipe import Recipe
 from ..corpus.sources import READERS, source_files
 from ..errors import DataError
-from ..fs import atomic_write_text, safe_component
+from ..fs import safe_component, write_json
 from ..corpus.store import CorpusStore, PmidLookupWriter, SeenIds, file_sha256, write_corpus
 from .lucene import DEFAULT_HEAP_MB
 
@@ -115,7 +115,7 @@ def input_files(recipe: Recipe, folder: Path) -> list[dict]:
                     digest = file_sha256(path)
                 out.append({"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest})
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(memo_path, json.dumps(out, indent=1))
+    write_json(memo_path, out, ascii=True)
     return out
 
 
@@ -179,7 +179,7 @@ def build_corpus(recipe: Recipe, folder: Path, log=print) -> dict:
                                                                       for i in inputs],
             "source_documents": counts["source_documents"], "documents": n_docs,
             "passages": n_passages, "skipped": report.to_json()}
-    atomic_write_text(marker, json.dumps(done, indent=1, sort_keys=True))
+    write_json(marker, done, sort_keys=True, ascii=True)
     log(f"corpus: {done['source_documents']} source documents -> {n_docs} documents, {n_passages} passages"
         + (f", skipped {report.total}" if report.total else ""))
     return done
@@ -371,12 +371,12 @@ def build(recipe: Recipe, folder: Path | None = None, log=print, resources: Reso
                      and p.name not in ("manifest.json", "build_report.json", "inputs.json"))
     files = [p for p in on_disk if LUCENE not in p.relative_to(folder).parts]
     manifest["files"] = {str(p.relative_to(folder)): file_sha256(p) for p in files}
-    atomic_write_text(folder / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
+    write_json(folder / "manifest.json", manifest, sort_keys=True, ascii=True)
     # the report's sizes count Lucene's segment files too (the manifest hashes their input instead)
     sizes = {str(p.relative_to(folder)): p.stat().st_size for p in on_disk}
     report = {"timings_s": timings, "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
               "bytes": sizes, "index_bytes": sum(sizes.values()), "skipped": corpus["skipped"]}
-    atomic_write_text(folder / "build_report.json", json.dumps(report, indent=1, sort_keys=True))
+    write_json(folder / "build_report.json", report, sort_keys=True, ascii=True)
     log(f"index {recipe.name}: {manifest['counts']['documents']} documents, {manifest['counts']['passages']} passages, "
         f"{report['index_bytes'] / 1e6:.1f} MB in {folder}; stages {timings}; peak RSS {report['peak_rss_mb']:.0f} MB")
     return manifest

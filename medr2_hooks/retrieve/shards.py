@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fs import atomic_save_npy, atomic_write_text
+from ..fs import atomic_save_npy, write_json
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def encode_shards(folder: Path, n: int, texts: Callable[[int, int], list[str]], 
     if not ident_path.exists() or ident_path.read_text() != ident:
         for old in folder.glob(fmt.pattern.replace("{:05d}", "*")):
             old.unlink()
-        atomic_write_text(ident_path, ident)
+        write_json(ident_path, identity, indent=None, sort_keys=True, ascii=True, verbatim=True)  # == ident
     paths = []
     for number, (path, start, end) in enumerate(shard_paths(folder, n, shard_size, fmt)):
         if part is not None and number % part[1] != part[0]:
