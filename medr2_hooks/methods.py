@@ -81,10 +81,13 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     _m("medr2_cot", "Med-R²-CoT", {"cot_in_first_query": True}, "§5, Figure 4: the CoT in the query from t = 1"),
     *(_ablation("".join(c)) for n in (1, 2, 3) for c in combinations("qrc", n)),
     _m("finetune", "Fine-tuning", None, "§4.2: full-parameter SFT, then the direct task", task_method="direct"),
+    # evidence_share 1: MedRAG puts its 32 snippets in the prompt, bounded by the window alone
     _m("medrag", "MedRAG", {"retrievers": None, "fusion": "rrf", "retrieve_k": 32, "coarse_k": 32, "classify": False,
-                            "reformulate": False, "rerank": False, "cot": False},
+                            "reformulate": False, "rerank": False, "cot": False, "evidence_share": 1.0},
        "MIRAGE (Xiong et al., 2024): reciprocal rank fusion of the index's retrievers, 32 snippets, a JSON "
        "chain-of-thought answer", answer="medrag"),
+    _m("medrag_cot", "CoT (MedRAG's prompt)", None,
+       "MIRAGE's CoT row: MedRAG's instruction and JSON answer, no documents", answer="medrag"),
 )}
 ABLATIONS = tuple(name for name in METHODS if name.startswith("ablation_"))
 

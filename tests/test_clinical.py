@@ -131,6 +131,10 @@ def test_orphanet_grading_broad_parents_and_ids():
     (" Gaucher disease\nThe patient also ...\n2. Fabry disease", ["Gaucher disease"]),
     ("\n\nI am not sure.", []),
     (" **Gaucher disease**.", ["Gaucher disease"]),
+    # a chat reply (issue 40.2): a sentence, a blank line, then the list from "1."; or the list restarted at "1."
+    ("Based on the findings, the most likely diagnoses are:\n\n1. Gaucher disease\n2. Fabry disease - pain\n\n"
+     "These fit the case.", ["Gaucher disease", "Fabry disease"]),
+    ("\n1. **Gaucher disease**\n2. **Fabry disease**", ["Gaucher disease", "Fabry disease"]),
 ])
 def test_diagnosis_list_parsing(continuation, items):
     from medr2_hooks.lmeval.diagnosis import parse_list

@@ -233,3 +233,55 @@ def test_bf16_recipes_update_fp32_master_weights(tmp_path, tiny_gemma):
     after = model.state_dict()
     still = sum((after[k] == before[k]).float().mean().item() for k in big) / len(big)
     assert still > 0.6  # most bf16 weights did not move at all (70% here; the small ones move), against < 5% above
+
+
+def test_a_generative_recipe_trains_the_prompt_and_statement_the_reader_takes(gemma_path):
+    """Issue 40.3: the rows of a generative recipe are what the evaluation sends and what its strict reader takes."""
+    from transformers import AutoTokenizer
+
+    from medr2_hooks.lmeval.readers import read_statement
+
+    tok = AutoTokenizer.from_pretrained(gemma_path)
+    record = examples.load_items(ItemSlice("medqa_usmle", split="dev", count=1))[0]
+    prompt, answer = examples.encode(_recipe(answer_format="generative"), tok, "medqa_usmle", record)
+    assert tok.decode(prompt).rstrip().endswith('finish with "the answer is (X)".')
+    assert answer[-1] == tok.eos_token_id
+    assert read_statement(tok.decode(answer[:-1]), list(record.options)) == record.answer
+    prompt, answer = examples.encode(_recipe(), tok, "medqa_usmle", record)  # letters: " B" after "Answer:"
+    assert tok.decode(prompt).endswith("Answer:") and tok.decode(answer) == f" {record.answer}"
+    with pytest.raises(ValueError, match="chat: true trains on the chat-templated generative prompt"):
+        _recipe(chat=True)
+
+
+@pytest.mark.slow
+def test_fine_tuning_on_the_evaluated_format_makes_the_answers_readable(tmp_path, monkeypatch):
+    """Issue 40.3, the CPU proof: SmolLM2-135M-Instruct, evaluated on medqa_usmle_direct_gen through its chat
+    template (as the paper setting evaluates a chat target), mostly writes answers the strict reader cannot take;
+    fine-tuned briefly on a disjoint slice in the same format (the chat-templated generative prompt, then
+    "Therefore, the answer is (X)." and the end token), its invalid rate falls."""
+    from medr2_hooks.finetune.train import train
+    from medr2_hooks.lmeval.runner import EvalConfig, run_eval
+
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path / "results"))
+    recipe = {"name": "smol_gen", "model": "embedded:smollm2-135m-instruct", "output_dir": str(tmp_path / "ft"),
+              "dtype": "float32", "global_batch": 8, "micro_batch": 4, "epochs": 3, "max_steps": 12,
+              "learning_rate": 1e-4, "checkpoint_every": 12, "max_length": 768, "answer_format": "generative",
+              "chat": True, "train": [{"benchmark": "medqa_usmle", "split": "dev", "count": 32}],
+              "evaluate": [{"benchmark": "medqa_usmle", "split": "test", "count": 16}]}
+    path = tmp_path / "smol_gen.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+
+    def invalid(pretrained: str) -> float:
+        out = run_eval(EvalConfig(tasks=["medqa_usmle_direct_gen"], model="hf",
+                                  model_args=f"pretrained={pretrained},dtype=float32", limit=16,
+                                  metadata={"split": "test"}, gen_kwargs="max_gen_toks=40",
+                                  apply_chat_template=True, wandb=False))
+        return out["results"]["medqa_usmle_direct_gen"]["invalid,none"]
+
+    from medr2_hooks.llm.embedded import resolve
+
+    before = invalid(resolve("embedded:smollm2-135m-instruct"))
+    manifest = train(load_recipe(str(path)), log=lambda *_: None)
+    after = invalid(str(tmp_path / "ft" / "final"))
+    print(f"invalid before {before:.3f}, after {after:.3f} ({manifest['steps']} steps)")
+    assert after < before and after <= 0.5

@@ -106,9 +106,15 @@ def test_a_sweep_refuses_an_untrained_checkpoint_and_says_how_to_train_it(tmp_pa
 
     target = ModelSpec(name="m", model="vllm", model_args="pretrained=org/m", checkpoints=str(tmp_path))
     exp = Experiment(name="x", models=[target], methods=["finetune"], benchmarks=["medmcqa"],
-                     finetune={"medmcqa": "paper_medmcqa_within"})
+                     finetune={"medmcqa": "paper_medmcqa_within"}, scoring="generative")
     with pytest.raises(Medr2Error, match="train it first: accelerate launch .* paper_medmcqa_within --model org/m"):
         execute(expand(exp)[0], wandb=False)
+    # one rule (issue 40.3): a letter-scored cell cannot read a checkpoint trained to write its answer
+    letters = Experiment(name="x", models=[target], methods=["finetune"], benchmarks=["medmcqa"],
+                         finetune={"medmcqa": "paper_medmcqa_within"})
+    with pytest.raises(ConfigError, match="trains answer_format generative, chat false, but its cells are read as "
+                                          "answer_format letters"):
+        expand(letters)
 
 
 @pytest.mark.slow
@@ -239,7 +245,7 @@ def test_table9_serves_its_70b_target_and_the_rehearsal_serves_its_stand_in():
     from medr2_hooks.lmeval.runner import resolve_model
 
     exp = load_experiment("table9")
-    served = [r for r in expand(exp) if r.model == "llama3.1-70b"]
+    served = [r for r in expand(exp) if r.model == "llama3.1-70b" and r.window > 4096]  # 4K: Table 2's own runs
     assert served and all(r.lm_model == "local-completions" for r in served)
     assert all("base_url=http://localhost:8012/v1/completions" in r.model_args and
                f"max_length={r.window}" in r.model_args for r in served)

@@ -5,13 +5,16 @@ Order of priority (tokenizer-aware, counted with the target model's tokenizer):
    evidence and no demonstrations (``question_over_window``), and the evaluator's own truncation applies;
 2. this question's evidence, best fine score first, while the evidence stays within ``evidence_share · w``;
    a document that does not fit is skipped (never cut silently), and the next one is tried;
-3. demonstrations in pool order while everything fits.
+3. demonstrations in pool order, each one that fits in what is left (one that does not is skipped and counted,
+   and the next is tried: a long demonstration never ends the list).
 The effective numbers of documents and demonstrations are returned, so nothing is truncated unrecorded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+RESERVE = 16  # tokens kept free besides the answer's own room: lm-eval's target delimiter and the first answer token
 
 
 @dataclass
@@ -21,10 +24,11 @@ class Packed:
     tokens: int = 0
     question_over_window: bool = False
     skipped_evidence: int = 0
+    skipped_demos: int = 0
 
 
 def pack(question_tokens: int, evidence_tokens: list[int], demo_tokens: list[int], window: int,
-         evidence_share: float = 0.5, reserve: int = 16, max_evidence: int | None = None) -> Packed:
+         evidence_share: float = 0.5, reserve: int = RESERVE, max_evidence: int | None = None) -> Packed:
     budget = window - reserve
     out = Packed(tokens=question_tokens)
     if question_tokens > budget:
@@ -43,7 +47,8 @@ def pack(question_tokens: int, evidence_tokens: list[int], demo_tokens: list[int
             out.skipped_evidence += 1
     for i, n in enumerate(demo_tokens):
         if out.tokens + n > budget:
-            break
+            out.skipped_demos += 1
+            continue
         out.demos.append(i)
         out.tokens += n
     return out

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         stages = runs.search(args.search, queries, args.k)
         label = f"search:{args.search}"
         empty = scores.check_judged(label, stages, col.qrels(), col.name)
-        results = scores.stage_scores(label, stages, col.qrels(), list(queries))
+        results = scores.stage_scores(label, stages, col.qrels(), list(queries), col.qrels("all"))
         return _print(args, col.name, results, [], {(label, s) for s in empty})
     if not args.runs:
         raise Medr2Error("name at least one run (or --search INDEX)")
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         stages = {s: r for s, r in e.stages.items()
                   if (s in wanted if wanted else s == "packed" or s.endswith(".final"))}
         empty |= {(e.label, s) for s in scores.check_judged(e.label, stages, col.qrels(), col.name)}
-        results += scores.stage_scores(e.label, stages, col.qrels(), e.questions)
+        results += scores.stage_scores(e.label, stages, col.qrels(), e.questions, col.qrels("all"))
     if not results:
         raise Medr2Error(f"none of the runs' questions has relevance judgements in collection {col.name!r}")
     comparisons = [c for a in results for b in results if a.run < b.run and a.stage == b.stage
@@ -98,10 +98,11 @@ def _print(args, collection: str, results, comparisons, empty: set) -> int:
             indent=1)
         return 0
     print(f"evidence against {collection}:\n")
-    print("| run | stage | n | " + " | ".join(MEASURES) + " |\n|" + "---|" * (len(MEASURES) + 3))
+    shown = list(MEASURES) + [m for m in (results[0].means if results else {}) if m not in MEASURES]
+    print("| run | stage | n | " + " | ".join(shown) + " |\n|" + "---|" * (len(shown) + 3))
     for r in results:
         stage = f"{r.stage} (empty: ranked nothing)" if (r.run, r.stage) in empty else r.stage
-        print(f"| {r.run} | {stage} | {r.n} | " + " | ".join(f"{r.means[m]:.3f}" for m in MEASURES) + " |")
+        print(f"| {r.run} | {stage} | {r.n} | " + " | ".join(f"{r.means.get(m, 0.0):.3f}" for m in shown) + " |")
     if comparisons:
         print("\npaired (b − a, same questions, bootstrap 95% CI):\n\n| stage | measure | a | b | n | Δ | 95% CI |\n"
               "|---|---|---|---|---|---|---|")

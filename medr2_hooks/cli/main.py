@@ -26,6 +26,8 @@ COMMANDS = {
     "index": ("medr2_hooks.cli.index_cmd", "build, inspect and search evidence indexes"),
     "models": ("medr2_hooks.cli.models_cmd", "resolve embedded model names to local folders"),
     "prepare": ("medr2_hooks.cli.prepare_cmd", "run retrieval tasks' pre-pass before evaluation (sharded, Ray)"),
+    "rescore": ("medr2_hooks.cli.rescore_cmd", "read recorded replies again with the tasks' answer readers (no "
+                                               "model): strict, flexible and MIRAGE's rule"),
     "report": ("medr2_hooks.cli.report_cmd",
                "render an experiment's results: paper-layout tables, statistics, figures"),
     "serve": ("medr2_hooks.cli.serve_cmd", "OpenAI-compatible completions server over a local model (vllm "

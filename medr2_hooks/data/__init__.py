@@ -85,10 +85,12 @@ BENCHMARKS: dict[str, Benchmark] = {
                   group="mirage"),
         Benchmark("mirage_medmcqa", "mirage:load_medmcqa", None, 0, "en", "MIRAGE MedMCQA (dev: 4,183)",
                   style="medmcqa", group="mirage"),
-        Benchmark("mirage_pubmedqa", "mirage:load_pubmedqa", None, 0, "en", "MIRAGE PubMedQA* (500 test, no contexts)",
-                  style="pubmedqa", group="mirage"),
-        Benchmark("mirage_bioasq", "bioasq:load_yesno", None, 0, "en", "MIRAGE BioASQ-Y/N (618)", style="pubmedqa",
-                  group="mirage"),
+        # MIRAGE's yes/no sets as MIRAGE asks them: lettered options, the own article not excluded (data/mirage.py)
+        Benchmark("mirage_pubmedqa", "mirage:load_pubmedqa", None, 0, "en",
+                  "MIRAGE PubMedQA* (500 test, no contexts; A. yes B. no C. maybe; own article searchable, as MIRAGE)",
+                  style="medqa", group="mirage"),
+        Benchmark("mirage_bioasq", "mirage:load_bioasq", None, 0, "en", "MIRAGE BioASQ-Y/N (618; A. yes B. no)",
+                  style="medqa", group="mirage"),
     )
 }
 SOURCES = ("local", "hub")
@@ -204,9 +206,21 @@ def load(name: str, *, source: str = "local", data_dir: str | Path | None = None
     return list(_load(name, source, root, str(cases_file) if cases_file else None))
 
 
+def _content(record: Record) -> tuple:
+    """What makes two items the same question: the stem and the options, whitespace and case aside."""
+    def norm(text: str) -> str:
+        return " ".join(str(text).split()).casefold()
+    return norm(record.question), tuple(norm(t) for t in record.options.values())
+
+
 def demo_ids(records: list[Record], n: int, seed: int = DEMO_SEED) -> set[str]:
-    """A deterministic, seeded choice of ``n`` record ids (independent of file order)."""
-    ids = sorted(r.id for r in records)
+    """A deterministic, seeded choice of ``n`` record ids (independent of file order), among the items no other item
+    repeats: a demonstration never shows the model an evaluated question with its answer (MMLU-Med's
+    clinical_knowledge-0035 is college_medicine-0187)."""
+    from collections import Counter
+
+    counts = Counter(_content(r) for r in records)
+    ids = sorted(r.id for r in records if counts[_content(r)] == 1)
     return set(random.Random(seed).sample(ids, n))
 
 

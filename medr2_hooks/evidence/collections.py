@@ -1,9 +1,12 @@
 """Test collections with relevance judgements: a corpus (an index recipe), queries and qrels.
 
-- ``bioasq_gold``: one document per BioASQ gold PubMed id (its gold snippets; ``index/bioasq_gold.yaml``, and
-  ``bioasq_gold_bge`` with the paper's retrievers), queries the 2,310 question bodies, qrels each question's gold
-  PubMed ids that are in the corpus. Every document is some question's gold evidence: a run over it measures
-  retrieval, and its accuracy is a gold-corpus upper bound.
+- ``bioasq_gold``: BioASQ's gold snippets grouped per PubMed id, one document each (not the abstracts;
+  ``index/bioasq_gold.yaml``, and ``bioasq_gold_bge`` with the paper's retrievers), queries the 2,310 question
+  bodies. A question's relevant documents are its gold documents and the documents its gold snippets come from;
+  scores use those the collection holds (what a run can retrieve), and recall is also given over all of them
+  (``R@10 (all judged)``, ``R@100 (all judged)``), which counts the judged documents the collection lacks. Every
+  document is some question's gold evidence: a run over it measures retrieval, and its accuracy is a gold-corpus
+  upper bound.
 - ``pubmedqa_abstracts``: the 1,000 PQA-L abstracts (``index/pubmedqa_abstracts.yaml``), qrels each question's
   own PubMed id. The PubMedQA tasks exclude that abstract from a question's evidence, so over this collection a
   method's retrieval is scored by ``medr2 evidence --search`` (no exclusion), never by its runs.
@@ -31,13 +34,16 @@ class Collection:
     def queries(self) -> dict[str, str]:
         return dict(_load(self.name)[0])
 
-    def qrels(self) -> dict[str, dict[str, int]]:
-        return {q: dict(docs) for q, docs in _load(self.name)[1]}
+    def qrels(self, scope: str = "collection") -> dict[str, dict[str, int]]:
+        """Each question's relevant documents: those the collection holds, or with ``scope="all"`` every judged
+        document (recall over these counts what the collection lacks)."""
+        return {q: dict(docs) for q, docs in _load(self.name)[1 if scope == "collection" else 2]}
 
 
 COLLECTIONS = {c.name: c for c in (
     Collection("bioasq_gold", ("bioasq_gold", "bioasq_gold_bge"), ("bioasq_yn", "mirage_bioasq"),
-               "BioASQ 7B-11B gold evidence: 13,449 PubMed documents (gold snippets), 2,310 questions"),
+               "BioASQ 7B-11B gold snippets per PubMed id: 13,449 documents (snippets, not abstracts), 2,310 "
+               "questions; relevant: gold documents and snippet documents"),
     Collection("pubmedqa_abstracts", ("pubmedqa_abstracts",), (),
                "PubMedQA PQA-L: 1,000 abstracts, each question's own abstract relevant"),
 )}
@@ -65,9 +71,13 @@ def _load(name: str) -> tuple[tuple, tuple]:
         questions = bioasq.questions(root)
         corpus = {pmid for pmid, _ in bioasq.gold_documents(root)}
         queries = tuple((q["id"], q["body"]) for q in questions)
-        qrels = tuple((q["id"], tuple((d, 1) for d in q["gold"] if d in corpus)) for q in questions)
-        return queries, tuple((q, d) for q, d in qrels if d)
+        judged = [(q["id"], list(dict.fromkeys(q["gold"] + [d for d, _ in q["snippets"]]))) for q in questions]
+        held = tuple((q, tuple((d, 1) for d in docs if d in corpus)) for q, docs in judged)
+        every = tuple((q, tuple((d, 1) for d in docs)) for q, docs in judged)
+        kept = {q for q, d in held if d}  # a question none of whose documents the collection holds is not scored
+        return queries, tuple((q, d) for q, d in held if q in kept), tuple((q, d) for q, d in every if q in kept)
     from ..data import pubmedqa
 
     records = pubmedqa.load(root)
-    return tuple((r.id, r.question) for r in records), tuple((r.id, ((f"pmid:{r.id}", 1),)) for r in records)
+    qrels = tuple((r.id, ((f"pmid:{r.id}", 1),)) for r in records)
+    return tuple((r.id, r.question) for r in records), qrels, qrels

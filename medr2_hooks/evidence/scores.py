@@ -23,34 +23,43 @@ class StageScore:
     items: dict[str, dict[str, float]]  # measure -> question id -> value
 
 
-def score(run: dict[str, list[str]], qrels: dict[str, dict[str, int]], questions: list[str]) -> dict[str, dict]:
+def score(run: dict[str, list[str]], qrels: dict[str, dict[str, int]], questions: list[str],
+          names: tuple[str, ...] = MEASURES) -> dict[str, dict]:
     """``{measure: {question: value}}`` over ``questions`` (each must have judgements)."""
     import ir_measures
 
-    measures = [ir_measures.parse_measure(m) for m in MEASURES]
+    measures = [ir_measures.parse_measure(m) for m in names]
     judged = [ir_measures.Qrel(q, d, rel) for q in questions for d, rel in qrels[q].items()]
     ranked = []
     for q in questions:
         docs = list(dict.fromkeys(run.get(q, [])))  # a document listed twice keeps its first rank
         ranked += [ir_measures.ScoredDoc(q, d, float(len(docs) - i)) for i, d in enumerate(docs)]
-    out = {m: dict.fromkeys(questions, 0.0) for m in MEASURES}
+    out = {m: dict.fromkeys(questions, 0.0) for m in names}
     for metric in ir_measures.iter_calc(measures, judged, ranked):
         out[str(metric.measure)][metric.query_id] = float(metric.value)
     return out
 
 
+ALL_JUDGED = ("R@10", "R@100")  # recall also over every judged document, those the collection lacks included
+
+
 def stage_scores(label: str, stages: dict[str, dict[str, list[str]]], qrels: dict[str, dict[str, int]],
-                 questions: list[str]) -> list[StageScore]:
+                 questions: list[str], all_qrels: dict[str, dict[str, int]] | None = None) -> list[StageScore]:
     """Every stage of one run, over the run's ``questions`` that have relevance judgements (a stage that returned
-    nothing for one scores 0 there: a TREC file has no line for it)."""
+    nothing for one scores 0 there: a TREC file has no line for it). With ``all_qrels`` (every judged document,
+    where the collection lacks some), recall over those too: ``R@10 (all judged)``, ``R@100 (all judged)``."""
     questions = sorted(q for q in questions if qrels.get(q))
+    extra = all_qrels is not None and any(all_qrels.get(q) != qrels.get(q) for q in questions)
     out = []
     for stage, run in stages.items():
         if not questions:
             continue
         items = score(run, qrels, questions)
-        out.append(StageScore(label, stage, len(questions), {m: sum(v.values()) / len(v) for m, v in items.items()},
-                              items))
+        means = {m: sum(v.values()) / len(v) for m, v in items.items()}
+        if extra:
+            wider = score(run, all_qrels, questions, ALL_JUDGED)
+            means |= {f"{m} (all judged)": sum(v.values()) / len(v) for m, v in wider.items()}
+        out.append(StageScore(label, stage, len(questions), means, items))
     return out
 
 
@@ -115,7 +124,7 @@ def summarize(prepass: dict) -> dict:
             continue
         stages = {s: read_run(Path(runs["folder"]) / f"{s}.trec") for s in runs["stages"]
                   if s == "packed" or s.endswith(".final")}
-        scored = stage_scores(task, stages, col.qrels(), record["identity"]["eval_ids"])
+        scored = stage_scores(task, stages, col.qrels(), record["identity"]["eval_ids"], col.qrels("all"))
         out[task] = {**out.get(task, {}), "collection": col.name, "stages": {
             r.stage: {"n": r.n, **{m: round(v, 4) for m, v in r.means.items()},
                       "items": {m: {q: round(v, 4) for q, v in r.items[m].items()} for m in PAIRED}}

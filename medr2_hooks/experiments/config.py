@@ -32,6 +32,9 @@ class ModelSpec:
     long_model_args: str = ""  # added to model_args above LONG_WINDOW only (Qwen2.5: YaRN rope scaling)
     roles: dict | None = None  # inline {"llm": spec, "roles": {role: spec}} instead of a role_set (the rehearsal's)
     pack_window_cap: int | None = None  # pack at most this many tokens whatever the window (a stand-in's context)
+    # a chat (instruction-tuned) model: the experiment's chat template applies to it; false: a base model, sent the
+    # plain prompt (its generative cue names the answer format); None: as the experiment says (apply_chat_template)
+    chat: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,9 @@ class Experiment:
     # Measured tokens per second per role (cot, target, cross_encoder, ...) or model, TOTAL or "PREFILL:DECODE":
     # `medr2 sweep --dry-run` turns the cost estimate into GPU-hours (experiments/cost.py)
     throughput: dict = field(default_factory=dict)
+    # cells that are another experiment's runs, by window: {table2: [4096]} makes Table 9's 4K cells Table 2's runs
+    # (the same run names and settings, evaluated once, read by both reports)
+    cells_from: dict[str, list[int]] = field(default_factory=dict)
 
     def __post_init__(self):
         safe_component(self.name, "experiment name")
@@ -103,6 +109,12 @@ class Experiment:
         bad = sorted(set(self.method_overrides) - set(self.methods))
         if bad:
             raise ValueError(f"method_overrides names {bad[0]!r}, which is not among this experiment's methods")
+        for other, windows in self.cells_from.items():
+            safe_component(other, "cells_from experiment")
+            bad = [w for w in windows if w not in self.windows]
+            if other == self.name or bad:
+                raise ValueError(f"cells_from {other}: windows {bad or windows} are not this experiment's other "
+                                 "windows" if bad else "cells_from names the experiment itself")
         self._check_finetune()
         self._check_judge()
         from .cost import parse_throughputs

@@ -90,8 +90,29 @@ def expand(exp: Experiment) -> list[Run]:
                     runs.append(Run(exp.name, spec.name, method, benchmark, window,
                                     methods.task_name(benchmark, method, exp.scoring, style), lm_model, model_args,
                                     exp.limit, metadata, resolved, exp.scoring,
-                                    exp.gen_kwargs if generative else None, exp.apply_chat_template))
-    return runs
+                                    exp.gen_kwargs if generative else None,
+                                    exp.apply_chat_template and spec.chat is not False))
+    return _shared_cells(exp, runs)
+
+
+def _shared_cells(exp: Experiment, runs: list[Run]) -> list[Run]:
+    """``runs`` with the cells of ``exp.cells_from`` windows replaced by the other experiment's own runs (the same
+    name, settings and results folder: evaluated once, read by both reports); a cell it lacks is an error."""
+    if not exp.cells_from:
+        return runs
+    from .config import load_experiment
+
+    out = list(runs)
+    for other, windows in exp.cells_from.items():
+        theirs = {(r.model, r.method, r.benchmark, r.window): r for r in expand(load_experiment(other))}
+        for i, run in enumerate(out):
+            if run.window in windows:
+                twin = theirs.get((run.model, run.method, run.benchmark, run.window))
+                if twin is None:
+                    raise ConfigError(f"{exp.name}: cells_from {other}: {other} has no run for {run.model} "
+                                      f"{run.method} {run.benchmark} at window {run.window}")
+                out[i] = twin
+    return out
 
 
 def _retrieval_override(exp: Experiment, spec, method: str, window: int) -> dict:
@@ -143,12 +164,28 @@ def finetune_checkpoint(exp: Experiment, spec, benchmark: str) -> dict:
     recipe = exp.finetune.get(benchmark)
     if recipe is None:
         return {"checkpoint": str(Path(spec.finetuned).expanduser())}
+    _check_trained_format(exp, spec, recipe)
     root = Path(os.path.expandvars(spec.checkpoints)).expanduser() if spec.checkpoints else \
         settings.cache_dir() / "finetune" / spec.name
     base = pretrained_of(spec)
     return {"checkpoint": str(root / recipe / "final"), "recipe": recipe, "base_model": base,
             "train": f"accelerate launch --config_file finetune/accelerate/multi_gpu_fsdp.yaml -m medr2_hooks.finetune "
                      f"{recipe} --model {base} --output_dir {root / recipe}"}
+
+
+def _check_trained_format(exp: Experiment, spec, name: str) -> None:
+    """One rule: a checkpoint learns to answer as its cell reads it — a generatively scored cell's recipe trains on
+    the generative prompt and answer statement (through the chat template exactly when the cell applies it), a
+    letter-scored cell's on the letter prompt and label."""
+    from ..finetune.recipe import load_recipe
+
+    recipe = load_recipe(name)
+    wanted = ("generative" if exp.scoring == "generative" else "letters",
+              exp.scoring == "generative" and exp.apply_chat_template and spec.chat is not False)
+    if (recipe.answer_format, recipe.chat) != wanted:
+        raise ConfigError(f"{exp.name} {spec.name}: recipe {name} trains answer_format {recipe.answer_format}, chat "
+                          f"{str(recipe.chat).lower()}, but its cells are read as answer_format {wanted[0]}, chat "
+                          f"{str(wanted[1]).lower()}: a checkpoint must learn the answer its reader takes")
 
 
 def _resolved(exp: Experiment, spec, method: str, override: dict) -> dict:

@@ -137,7 +137,7 @@ def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
         candidate_ratio=None, gen_kwargs=f"max_gen_toks={CPU_GEN_TOKENS}" if exp.gen_kwargs else None,
         method_override=_cpu_sized(exp.method_override),
         method_overrides={m: _cpu_sized(o) for m, o in exp.method_overrides.items()}, finetune={},
-        allow_embedded_roles=False, judge=judge,
+        allow_embedded_roles=False, judge=judge, cells_from={},  # a rehearsal runs all of its own cells
         description=f"Rehearsal of {exp.name}: the grid of the paper config on embedded stand-ins ({plan.limit} items "
                     f"of {', '.join(benchmarks)}); accuracies say nothing about the paper's models.",
         rehearsal={"of": exp.name, "plan": {"limit": plan.limit, "benchmarks": benchmarks,

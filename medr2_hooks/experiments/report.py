@@ -19,12 +19,12 @@ from collections import defaultdict
 from pathlib import Path
 
 from .. import settings
-from ..fs import atomic_write_text
+from ..fs import atomic_write_text, write_json
 from .config import Experiment
 from .expand import Run, expand
 from .sweep import read_record, read_summary, run_dir, summary_path
 from .report_sections import (anchor_table, cache_reuse, delta_table, evidence_tables, grading_table, loop_table,
-                              packed_tokens_table, rehearsal_header, setting_lines)
+                              packed_tokens_table, reading_table, rehearsal_header, setting_lines, shots_table)
 from ..stats import mcnemar, paired_bootstrap
 
 PAPER_NUMBERS = settings.REPO_ROOT / "experiments" / "paper_numbers.csv"
@@ -33,10 +33,11 @@ MISSING = "—"
 
 # RareArena's official metrics are top-1 and top-5 recall by an LLM judge. The paper's Table 8 does not name its
 # metric; its GPT-4o numbers (RDS 47.50, RDC 73.76) lie between RareArena's published GPT-4o top-1 and top-5 total
-# recalls (RDS 33.1 / 56.9, RDC 64.2 / 85.9). The main table uses top-5 — the judge's where the run had one (filter
-# "judge"), else the offline Orphanet match (filter "orphanet", a lower bound) — and the report adds top-1.
-PRIMARY = ("acc,none", "top5,judge", "top5,orphanet", "top5,none")
-LOWER_BOUND = "top5,orphanet"
+# recalls (RDS 33.1 / 56.9, RDC 64.2 / 85.9). The main table uses top-5 "total" recall as RareArena publishes it
+# (score 2 + score 1: ``top5_lenient``) — the judge's where the run had one (filter "judge"), else the offline
+# Orphanet match (filter "orphanet", a lower bound) — with score-2 recall beside it, and the report adds top-1.
+PRIMARY = ("acc,none", "top5_lenient,judge", "top5_lenient,orphanet", "top5,none")
+LOWER_BOUND = "top5_lenient,orphanet"
 
 
 def primary_metric(results: dict) -> tuple[str, float] | None:
@@ -71,8 +72,8 @@ def write_summaries(runs: list[Run], done: dict) -> None:
             summary = {k: v for k, v in got.items() if k != "provenance"}
             path = summary_path(run)
             path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, json.dumps({"run": run.name, "task": run.task, **got["provenance"],
-                                                "summary": summary}, indent=1, sort_keys=True))
+            write_json(path, {"run": run.name, "task": run.task, **got["provenance"], "summary": summary},
+                       sort_keys=True, ascii=True)
 
 
 def _from_folder(run: Run) -> dict | None:
@@ -92,7 +93,8 @@ def _from_folder(run: Run) -> dict | None:
                 items[row["doc"]["id"]] = float(row.get(name, 0.0))
     got = record["results"][run.task]
     invalid = got.get("invalid,none", got.get("invalid,orphanet"))
-    top1 = got.get(f"top1,{where}")
+    top1 = got.get(f"top1_lenient,{where}", got.get(f"top1,{where}"))
+    score2 = got.get(f"top5,{where}") if name == "top5_lenient" else None
     lower = got.get(LOWER_BOUND) if where == "judge" else None
     prepass = list((record.get("prepass") or {}).values())
     # packs made by an earlier run (the same pre-pass identity, e.g. every window above a rehearsal's cap) cost
@@ -108,12 +110,18 @@ def _from_folder(run: Run) -> dict | None:
             "prompt_tokens": sum(u["prompt_tokens"] for p in paid for u in p["usage"].values()) if prepass else None,
             "packs_reused": reused, "packed_tokens": _packed_mean(prepass),
             "invalid": None if invalid is None else 100 * float(invalid), "finetune": record.get("finetune"),
-            "top1": None if top1 is None else 100 * float(top1),
+            "top1": None if top1 is None else 100 * float(top1), "top5_score2": _percent(score2),
             "subset": (record.get("subset") or {}).get(run.task),
             "loop": (prepass[0].get("loop") if len(prepass) == 1 else None),
+            "shots": (prepass[0].get("shots") if len(prepass) == 1 else None),
+            "acc_flexible": _percent(got.get("acc_flexible,none")), "acc_mirage": _percent(got.get("acc_mirage,none")),
             "evidence": (record.get("evidence") or {}).get(run.task),
             "cot_tokens": (prepass[0].get("cot_tokens") if len(prepass) == 1 else None),
             "provenance": {k: record.get(k) for k in ("git_commit", "resolved", "versions", "hardware")}}
+
+
+def _percent(value) -> float | None:
+    return None if value is None else 100 * float(value)
 
 
 def _packed_mean(prepass: list[dict]) -> float | None:
@@ -333,8 +341,10 @@ def render(exp: Experiment, force: bool = False, allow_subset: bool = False) -> 
         md += anchor_table(exp)
     top1 = {name: {**got, "score": got["top1"]} for name, got in done.items() if got.get("top1") is not None}
     if top1:
-        md.append("\n## RareArena top-1 recall (%)\n\n" + markdown_table(exp, result_rows(exp, runs, top1)))
+        md.append("\n## RareArena top-1 total recall (%)\n\n" + markdown_table(exp, result_rows(exp, runs, top1)))
     md += grading_table(runs, done)
+    md += reading_table(runs, done)
+    md += shots_table(runs, done)
     md.append(f"\n## Paired statistics (against {reference}, same items)\n\n| model | window | benchmark | "
               "method | n | "
               "Δ acc (pts) | 95% CI | McNemar p |\n|---|---|---|---|---|---|---|---|\n")
@@ -384,5 +394,5 @@ def render(exp: Experiment, force: bool = False, allow_subset: bool = False) -> 
     written = figures(exp, rows, runs, done, out) if done else []
     md.append("\nFigures: " + ", ".join(f"[{f}]({f})" for f in written if f.endswith(".png")) + "\n")
     atomic_write_text(out / "report.md", "".join(md))
-    atomic_write_text(out / "stats.json", json.dumps(stats, indent=1))
+    write_json(out / "stats.json", stats, ascii=True)
     return out

@@ -19,6 +19,12 @@ def setting_lines(exp: Experiment, runs: list[Run]) -> str:
     lines = [f"\nScoring: {', '.join(f'{s}: {methods.SCORINGS[s].title}' for s in scorings)}"
              + (" through the target's chat template" if exp.apply_chat_template else "") + "; free-text benchmarks "
              "(RareArena) are always generative.\n"]
+    kinds = [(m.name, m.chat) for m in exp.models if m.chat is not None]
+    if kinds:  # base or chat, as experiments/models.yaml decides per model
+        lines.append("\nTargets: " + "; ".join(
+            f"{name} {'chat model' if chat else 'base model'}"
+            f"{' (through its chat template)' if chat and exp.apply_chat_template else ' (the plain prompt)'}"
+            for name, chat in kinds) + ".\n")
     indexes = sorted({r.resolved["index"] for r in runs if r.resolved.get("index")})
     for index in indexes:
         lines.append(f"\nCorpus: {corpus_line(index)}\n")
@@ -249,14 +255,46 @@ def grading_table(runs: list[Run], done: dict) -> list[str]:
     md = ["\n## RareArena grading (top-5 recall, %)\n\nThe judge grades as RareArena's authors do (score 2: the case's "
           "diagnosis or Orphanet name, a synonym or equivalent); the Orphanet match credits only names the Orphanet "
           "tree holds, so it is a lower bound. Without a judge (experiment `judge:`, or `--metadata "
-          "'{\"judge\": {...}}'`) the table shows the lower bound.\n\n| run | graded by | top-5 | Orphanet "
-          "lower bound | "
-          "judge replies unparseable |\n|---|---|---|---|---|\n"]
+          "'{\"judge\": {...}}'`) the table shows the lower bound. Total recall counts scores 2 and 1, as "
+          "RareArena publishes it; score-2 recall beside it.\n\n| run | graded by | top-5 total | top-5 score 2 | "
+          "Orphanet lower bound (total) | judge replies unparseable |\n|---|---|---|---|---|---|\n"]
     for run, got in rows:
         judge = got.get("judge") or {}
         by = f"judge {judge.get('model', '?')}" if got["metric"].endswith("(judge)") else "Orphanet match (no judge)"
         lower = got.get("orphanet_top5") if got["metric"].endswith("(judge)") else got["score"]
-        bad = judge.get("unparseable")
-        md.append(f"| {run.name} | {by} | {got['score']:.2f} | {'' if lower is None else f'{lower:.2f}'} | "
-                  f"{'' if bad is None else bad} |\n")
+        bad, score2 = judge.get("unparseable"), got.get("top5_score2")
+        md.append(f"| {run.name} | {by} | {got['score']:.2f} | {'' if score2 is None else f'{score2:.2f}'} | "
+                  f"{'' if lower is None else f'{lower:.2f}'} | {'' if bad is None else bad} |\n")
+    return md
+
+
+def reading_table(runs: list[Run], done: dict) -> list[str]:
+    """Generative runs: the strict reading (the headline) beside the flexible one, and MedRAG runs beside MIRAGE's
+    own scorer's rule (which reads an answer it cannot find as "A"), so a MIRAGE cell compares like for like."""
+    rows = [(run, done[run.name]) for run in runs if run.name in done and
+            (done[run.name].get("acc_flexible") is not None or done[run.name].get("acc_mirage") is not None)]
+    if not rows:
+        return []
+    md = ["\n## How the replies were read (accuracy, %)\n\nStrict: an explicit statement of one option (the "
+          "headline; an answer that cannot be read is invalid and wrong). Flexible: also an answer statement naming "
+          "an option's text, or a bracketed label. MIRAGE's rule: its scorer's patterns, \"A\" when none matches "
+          "(for MedRAG's JSON answers).\n\n| run | strict | invalid (%) | flexible | MIRAGE's rule |\n"
+          "|---|---|---|---|---|\n"]
+    for run, got in rows:
+        cells = [got.get(k) for k in ("score", "invalid", "acc_flexible", "acc_mirage")]
+        md.append(f"| {run.name} | " + " | ".join("" if c is None else f"{c:.2f}" for c in cells) + " |\n")
+    return md
+
+
+def shots_table(runs: list[Run], done: dict) -> list[str]:
+    """Demonstrations that reached each prompt: at a small window Med-R²'s CoT demonstrations may not fit beside
+    the evidence and the answer's room, and the table says so."""
+    rows = [(run, done[run.name]["shots"]) for run in runs if run.name in done and done[run.name].get("shots")]
+    if not rows:
+        return []
+    md = ["\n## Demonstrations in the prompt\n\n| run | window | available | mean per prompt | min | max | "
+          "zero-shot prompts | skipped (no room) |\n|---|---|---|---|---|---|---|---|\n"]
+    for run, shots in rows:
+        md.append(f"| {run.name} | {run.window} | {shots['available']} | {shots['mean']} | {shots['min']} | "
+                  f"{shots['max']} | {shots['zero_shot']} | {shots['skipped']} |\n")
     return md

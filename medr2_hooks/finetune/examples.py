@@ -1,4 +1,8 @@
-"""Training rows: the ``*_direct`` prompt of an item and its answer label; loss on the answer tokens only.
+"""Training rows: an item's prompt as its evaluation sends it and the answer as its reader reads it; loss on the
+answer tokens only. ``answer_format: letters``: the ``*_direct`` prompt, then `` B`` (scored by log-likelihood);
+``generative``: the ``*_direct_gen`` prompt (through the tokenizer's chat template with ``chat: true``, as lm-eval's
+``--apply_chat_template`` sends it), then ``Therefore, the answer is (B).`` and the end token (what the strict
+reader takes, and where generation stops).
 
 Bad input: an item without an answer, or whose answer is not one of its options, is an error naming its
 source (file:line); a row longer than ``max_length`` tokens is skipped and counted (never cut: a cut
@@ -11,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import data, settings
-from ..apply.prompts import question_prompt
+from ..apply.prompts import answer_statement, generative_prompt, question_prompt
 from ..config import ConfigError
 from ..data.record import Record
 from ..errors import DataError
@@ -79,8 +83,7 @@ def training_rows(recipe: FinetuneRecipe, tokenizer) -> tuple[list[Row], dict]:
             if r.answer not in r.options:
                 raise DataError(f"{spec.benchmark} {where}: field 'answer': {r.answer!r} is not one of the options "
                                 f"{list(r.options)}")
-            prompt = tokenizer(question_prompt(spec.benchmark, r.public()), add_special_tokens=True)["input_ids"]
-            answer = tokenizer(f" {r.answer}", add_special_tokens=False)["input_ids"]
+            prompt, answer = encode(recipe, tokenizer, spec.benchmark, r)
             item = f"{spec.benchmark}:{r.id}"
             if len(prompt) + len(answer) > recipe.max_length:
                 skipped["too_long"].append(item)
@@ -89,3 +92,24 @@ def training_rows(recipe: FinetuneRecipe, tokenizer) -> tuple[list[Row], dict]:
     if not rows:
         raise DataError(f"recipe {recipe.name}: no training rows (skipped as too long: {len(skipped['too_long'])})")
     return rows, skipped
+
+
+def encode(recipe: FinetuneRecipe, tokenizer, benchmark: str, record: Record) -> tuple[list[int], list[int]]:
+    """``(prompt ids, answer ids)`` of one training item in the recipe's answer format."""
+    question = question_prompt(benchmark, record.public())
+    if recipe.answer_format == "letters":
+        return (tokenizer(question, add_special_tokens=True)["input_ids"],
+                tokenizer(f" {record.answer}", add_special_tokens=False)["input_ids"])
+    text = generative_prompt(question, labels=list(record.options))
+    if recipe.chat:
+        if not getattr(tokenizer, "chat_template", None):
+            raise ConfigError(f"recipe {recipe.name}: chat: true, but {recipe.model}'s tokenizer has no chat template")
+        from ..llm.local import chat_token_ids
+
+        prompt = chat_token_ids(tokenizer, [{"role": "user", "content": text}])
+        answer = tokenizer(answer_statement(record.answer), add_special_tokens=False)["input_ids"]
+    else:
+        prompt = tokenizer(text, add_special_tokens=True)["input_ids"]
+        answer = tokenizer(f" {answer_statement(record.answer)}", add_special_tokens=False)["input_ids"]
+    eos = tokenizer.eos_token_id
+    return prompt, list(answer) + ([eos] if eos is not None else [])

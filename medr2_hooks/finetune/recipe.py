@@ -12,6 +12,7 @@ from .. import settings
 from ..config import ConfigError, from_dict, load_yaml
 
 TRAIN_SOURCES = ("pool", "hub", "medqa_release")
+ANSWER_FORMATS = ("letters", "generative")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,12 @@ class FinetuneRecipe:
     epochs: int = 3
     max_steps: int | None = None  # bound on optimizer steps (the CPU recipe); None: all epochs
     max_length: int = 1024  # longer training rows are skipped and counted
+    # what the checkpoint learns to answer, matching how it is evaluated: ``letters`` (the letter prompt, then
+    # " B": scored by the direct task's log-likelihoods) or ``generative`` (the generative prompt, then "Therefore,
+    # the answer is (B)." and the end token: scored by the direct_gen task's reader); ``chat``: the prompt through
+    # the tokenizer's chat template, as lm-eval's --apply_chat_template sends it
+    answer_format: str = "letters"
+    chat: bool = False
     max_grad_norm: float | None = 1.0
     # the compute dtype (bfloat16 / float16: mixed precision over float32 master weights, 16 GB of weights, gradients
     # and AdamW state per billion parameters; float32: everything in float32) and the saved checkpoint's dtype
@@ -62,6 +69,10 @@ class FinetuneRecipe:
             raise ValueError(f"global_batch {self.global_batch} must be a multiple of micro_batch {self.micro_batch}")
         if not 0 <= self.warmup_ratio < 1:
             raise ValueError("warmup_ratio must be in [0, 1)")
+        if self.answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"answer_format must be one of {', '.join(ANSWER_FORMATS)}, found {self.answer_format!r}")
+        if self.chat and self.answer_format != "generative":
+            raise ValueError("chat: true trains on the chat-templated generative prompt: set answer_format generative")
         if self.dtype not in ("bfloat16", "float16", "float32"):
             raise ValueError(f"dtype must be bfloat16, float16 or float32, found {self.dtype!r}")
 

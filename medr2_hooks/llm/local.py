@@ -63,3 +63,10 @@ def check_model_folder(name: str) -> None:
     if not path.is_dir() or not (path / "config.json").is_file():
         raise Medr2Error(f"{name} holds no model: expected a folder with config.json and weights (a transformers "
                          "save_pretrained folder)")
+
+
+def chat_token_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """The token ids of ``messages`` through the tokenizer's chat template, ending where the assistant answers (the
+    template carries its own special tokens; transformers 5 returns a BatchEncoding where 4 returned a list)."""
+    out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    return list(out["input_ids"] if hasattr(out, "keys") else out)

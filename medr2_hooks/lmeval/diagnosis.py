@@ -1,7 +1,8 @@
 """RareArena scoring: a ranked list of five diagnoses, parsed strictly, graded against Orphanet.
 
-The prompt ends in ``Diagnoses:\\n1.`` and the model continues the list. :func:`parse_list` reads consecutive
-numbered lines from 1, keeps the name before a trailing explanation (`` - ``, ``: ``, `` (``, ``;``,
+The prompt ends in ``Diagnoses:\\n1.`` and a base model continues the list; a chat model (under the chat template)
+often writes a sentence first, or starts the list anew: :func:`parse_list` finds the list either way, and reads
+consecutive numbered lines from 1, keeps the name before a trailing explanation (`` - ``, ``: ``, `` (``, ``;``,
 `` because``), drops repeats, and stops at five, at a gap in the numbering or at the first line that is not a
 list item. Fewer than five items are counted (``short_list``), none is ``invalid``; a list is never padded
 with guesses. Grades (:mod:`medr2_hooks.data.orphanet`): ``top1``/``top5`` count a grade-2 diagnosis at rank 1
@@ -9,7 +10,8 @@ or within the first five; ``*_lenient`` also count a close hypernym (grade 1; Ra
 
 The tasks have two filters over the same response: ``orphanet`` (the offline grade above, the lower bound) and
 ``judge`` (the run's LLM judge, :mod:`medr2_hooks.lmeval.judge`, the headline when the run names one; without a
-judge that filter reports nothing), so lm-eval's table shows ``top5,judge`` beside ``top5,orphanet``.
+judge that filter reports nothing), so lm-eval's table shows ``top5,judge`` beside ``top5,orphanet``. Reports
+headline top-5 "total" recall (``top5_lenient``: scores 2 and 1, as RareArena publishes it), score-2 recall beside.
 """
 
 from __future__ import annotations
@@ -20,16 +22,25 @@ import re
 from ..data import orphanet
 
 N_DIAGNOSES = 5
-_ITEM = re.compile(r"^\s*(\d+)\s*[.)]\s*(.*)$")
+_ITEM = re.compile(r"^[\s*_]*(\d+)\s*[.)]\s*(.*)$")
 _EXPLANATION = re.compile(r"\s+[-–—]\s+|:\s|\s\(|;|,?\s+because\s")
 
 
-def parse_list(continuation: str) -> list[str]:
-    """Diagnoses from the text the model wrote after ``Diagnoses:\\n1.``."""
+def parse_list(reply: str) -> list[str]:
+    """Diagnoses from a reply: the list continued after ``Diagnoses:\\n1.`` (a base model), or a numbered list
+    anywhere in it (a chat model often opens with a sentence before "1.", or restarts the list at "1."); whichever
+    reads more diagnoses (the list that starts on a line of its own when both read as many)."""
+    continued = _numbered("1." + reply)
+    start = re.search(r"^[ \t*_]*1\s*[.)]", reply, re.MULTILINE)
+    anywhere = _numbered(reply[start.start():]) if start else []
+    return anywhere if anywhere and len(anywhere) >= len(continued) else continued
+
+
+def _numbered(text: str) -> list[str]:
     items: list[str] = []
     seen: set[str] = set()
     expected = 1
-    for line in ("1." + continuation).split("\n"):
+    for line in text.split("\n"):
         m = _ITEM.match(line)
         if m is None or int(m.group(1)) != expected:
             break

@@ -17,12 +17,15 @@ from ..data.select import refuse_trained, select
 def load_dataset(benchmark: str, source: str = "local", data_dir: str | None = None, subject: str | None = None,
                  split: str | None = None, trained_items: list[str] | None = None, cases_file: str | dict
                  | None = None, limit=None,
-                 judge: dict | None = None, **_lm_eval_metadata):
+                 judge: dict | None = None, method: str | None = None, medrag_template: str | None = None,
+                 **_lm_eval_metadata):
     """``custom_dataset`` hook: ``DatasetDict(test=..., demos=...)`` of :meth:`Record.to_doc` rows (free-text
     rows carry the run's ``judge``, :func:`medr2_hooks.lmeval.judge.check_judge`)."""
     import datasets
 
-    extra = judge_field(benchmark, judge)
+    from .medrag import fields
+
+    extra = {**judge_field(benchmark, judge), **fields(method, medrag_template)}
 
     pools = data.pools(benchmark, source=source, data_dir=data_dir, cases_file=cases_file)
     evaluated = select(pools.eval, subject, split)

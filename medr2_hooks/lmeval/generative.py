@@ -1,67 +1,51 @@
-"""Generative (chain-of-thought) variants with strict answer extraction.
+"""Generative (chain-of-thought) variants: the target reasons and states its answer, read strictly.
 
-The prompt asks the model to reason and finish with ``the answer is (X)``. :func:`extract_choice` accepts
-only an explicit statement of one option label — ``answer is (C)``, ``answer is C``, ``Answer: C`` — and
-takes the last one in the text. Anything else is :data:`INVALID`: scored wrong and counted in the
-``invalid`` metric, never replaced by a default letter.
+The prompt asks the model to reason and finish with ``the answer is (X)`` (naming the possible answers when they are
+words: yes, no, maybe). Each reply is read twice (:mod:`medr2_hooks.lmeval.readers`), as lm-eval's generative
+multiple-choice tasks report a strict and a flexible extraction: ``acc`` (the headline) counts only an explicit
+statement of one option; ``acc_flexible`` also takes an answer statement naming an option's text or a bracketed
+label. A reply neither reads is :data:`INVALID`: wrong, and counted (``invalid``, ``invalid_flexible``), never a
+default letter. MedRAG's JSON answers (``medrag``) are read by :func:`~medr2_hooks.lmeval.readers.read_json_choice`
+and beside it by MIRAGE's own rule (``acc_mirage``), so a MIRAGE cell is compared like for like.
 """
 
 from __future__ import annotations
 
-import re
-
 from ..apply import prompts
 from ..data.record import Record
+from .readers import INVALID, read_flexible, read_json_choice, read_mirage, read_statement
 
-INVALID = "[invalid]"
-
-
-def _pattern(labels: list[str]) -> re.Pattern:
-    alt = "|".join(re.escape(label) for label in sorted(labels, key=len, reverse=True))
-    return re.compile(
-        rf"(?:answer\s+is|answer\s*:)\s*:?\s*(?:option\s+)?[\(\[]?\s*({alt})\s*[\)\]]?(?![\w])",
-        re.IGNORECASE,
-    )
 
 
 def extract_choice(text: str, labels: list[str]) -> str:
-    """The last explicitly stated option label in ``text``, or :data:`INVALID`."""
-    matches = _pattern(labels).findall(text)
-    if not matches:
-        return INVALID
-    found = matches[-1]
-    return next(label for label in labels if label.lower() == found.lower())
-
-
-def doc_to_text(doc: dict) -> str:
-    return prompts.generative_prompt(prompts.question_prompt(doc["benchmark"], Record.from_doc(doc).public()))
-
-
-def process_results(doc: dict, results: list[str]) -> dict[str, float]:
-    prediction = extract_choice(results[0], list(doc["choice_labels"]))
-    return {"acc": float(prediction == doc["answer"]), "invalid": float(prediction == INVALID)}
+    """The option the last explicit answer statement in ``text`` names, or :data:`INVALID` (the strict reading)."""
+    return read_statement(text, labels)
 
 
 def extract_json_choice(text: str, labels: list[str], key: str = "answer_choice") -> str:
-    """The option a JSON answer names under ``key`` (the last JSON object in ``text`` that has it), or
-    :data:`INVALID`: no such object, or a value that is not exactly one option label (case-insensitive; "A."
-    or "(A)" accepted, "A or B" not)."""
-    import json
+    """The option a JSON answer names under ``key`` (options known by label only), or :data:`INVALID`."""
+    return read_json_choice(text, {label: "" for label in labels}, key)
 
-    decoder, found = json.JSONDecoder(), None
-    for start in (i for i, ch in enumerate(text) if ch == "{"):
-        try:
-            obj, _ = decoder.raw_decode(text[start:])
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict) and isinstance(obj.get(key), str):
-            found = obj[key]
-    if found is None:
-        return INVALID
-    value = re.sub(r"^[\(\[]?\s*(.*?)\s*[\)\].]?$", r"\1", found.strip())
-    return next((label for label in labels if label.lower() == value.lower()), INVALID)
+
+def _options(doc: dict) -> dict[str, str]:
+    return dict(zip(doc["choice_labels"], doc.get("choice_texts") or [""] * len(doc["choice_labels"])))
+
+
+def doc_to_text(doc: dict) -> str:
+    return prompts.generative_prompt(prompts.question_prompt(doc["benchmark"], Record.from_doc(doc).public()),
+                                     labels=list(doc["choice_labels"]))
+
+
+def process_results(doc: dict, results: list[str]) -> dict[str, float]:
+    strict = read_statement(results[0], list(doc["choice_labels"]))
+    flexible = read_flexible(results[0], _options(doc))
+    return {"acc": float(strict == doc["answer"]), "invalid": float(strict == INVALID),
+            "acc_flexible": float(flexible == doc["answer"]), "invalid_flexible": float(flexible == INVALID)}
 
 
 def process_results_json(doc: dict, results: list[str]) -> dict[str, float]:
-    prediction = extract_json_choice(results[0], list(doc["choice_labels"]))
-    return {"acc": float(prediction == doc["answer"]), "invalid": float(prediction == INVALID)}
+    """MedRAG's JSON answer: strict accuracy (invalid = wrong, counted) and MIRAGE's scorer's accuracy beside it."""
+    strict = read_json_choice(results[0], _options(doc))
+    mirage = read_mirage(results[0], list(doc["choice_labels"]))
+    return {"acc": float(strict == doc["answer"]), "invalid": float(strict == INVALID),
+            "acc_mirage": float(mirage == doc["answer"])}

@@ -30,7 +30,7 @@ from pathlib import Path
 from ..data import benchmark as benchmark_of, orphanet
 from ..config import ConfigError
 from ..errors import DataError
-from ..fs import atomic_write_text
+from ..fs import write_json
 from ..redact import has_credentials, public_url
 from .diagnosis import N_DIAGNOSES, metrics, parse_list
 
@@ -217,7 +217,7 @@ def judge_run(run_dir: str | Path, judge: Judge) -> dict:
     for task, cases in tasks.items():
         rows = [judged_metrics(g) for g in judge.grade(cases)]
         result["tasks"][task] = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]} | {"n": len(rows)}
-    atomic_write_text(Path(run_dir) / "judged.json", json.dumps(result, indent=1))
+    write_json(Path(run_dir) / "judged.json", result, ascii=True)
     return result
 
 

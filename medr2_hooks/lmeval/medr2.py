@@ -25,6 +25,7 @@ from ..data.record import Record
 from ..errors import Medr2Error
 from ..prepass.packs import packs_for
 from ..prepass.spec import prepass_spec
+from . import medrag
 from .direct import judge_field
 
 
@@ -32,8 +33,9 @@ def load_dataset(**kwargs):
     import datasets
 
     judge = kwargs.pop("judge", None)
+    answer_format = medrag.fields(kwargs.get("method"), kwargs.pop("medrag_template", None))
     spec = prepass_spec(**kwargs)
-    extra = judge_field(spec.benchmark, judge)
+    extra = {**judge_field(spec.benchmark, judge), **answer_format}
     packs = packs_for(spec)
     rows = []
     for r, p in zip(spec.eval_records, packs):
@@ -69,15 +71,8 @@ def doc_to_target(doc: dict) -> int:
     return doc["gold"]
 
 
-def doc_to_text_medrag(doc: dict) -> str:
-    """MedRAG's prompt around the pack's evidence (its numbered documents, as packed within the window)."""
-    evidence = json.loads(doc["provenance"]).get("evidence_texts") if doc["prefix"] is not None else None
-    _prefix(doc)
-    return prompts.medrag_prompt(evidence or [], Record.from_doc(doc).public())
-
-
 def doc_to_text_generative(doc: dict) -> str:
     """Generative scoring: demonstrations and evidence, then the question (with the method's reasoning where the
     method gives the target one) and the cue to reason and answer."""
     question = prompts.question_prompt(doc["benchmark"], Record.from_doc(doc).public())
-    return _prefix(doc) + prompts.generative_prompt(question, doc.get("reasoning"))
+    return _prefix(doc) + prompts.generative_prompt(question, doc.get("reasoning"), list(doc["choice_labels"]))

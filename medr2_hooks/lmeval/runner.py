@@ -21,7 +21,7 @@ from pathlib import Path
 from .. import settings
 from ..cache import stable_hash
 from ..errors import Medr2Error
-from ..fs import atomic_write_text, replaced_folder, safe_component
+from ..fs import replaced_folder, safe_component, write_json
 from ..llm import embedded
 from ..redact import redact, redacted_argv
 from .registry import check_tasks
@@ -353,7 +353,7 @@ def _evaluate(cfg: EvalConfig, name: str, out_dir: Path) -> tuple[dict, dict | N
         "evidence": summarize(prepass),
         "judge": judge_record(samples),  # RareArena tasks graded by the run's LLM judge: its model, counts
     })
-    atomic_write_text(out_dir / "run.json", json.dumps(record, indent=2, ensure_ascii=False, default=str))
+    write_json(out_dir / "run.json", record, indent=2)
     return results, samples, record
 
 
@@ -392,6 +392,9 @@ def _log_wandb(cfg: EvalConfig, name: str, results: dict, samples: dict | None, 
         logger = WandbLogger(init_args=init)
     logger.post_init(results)
     logger.log_eval_result()
+    for task, pre in (record.get("prepass") or {}).items():  # demonstrations that reached the prompts
+        shots = (pre or {}).get("shots") or {}
+        logger.run.log({f"{task}/shots/{k}": v for k, v in shots.items() if v is not None})
     for task, got in (record.get("evidence") or {}).items():  # each stage's evidence scores, beside the accuracy
         logger.run.log({f"{task}/evidence/{stage}/{m}": v for stage, scores in (got.get("stages") or {}).items()
                         for m, v in scores.items() if m not in ("items", "n")})

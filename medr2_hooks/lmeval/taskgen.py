@@ -29,7 +29,7 @@ QA_GROUP, CLINICAL_GROUP = "medr2_qa", "medr2_clinical"
 def template(style: str, retrieval: bool, scoring: str, answer: str = "default") -> str:
     """The template file (under ``tasks/templates/``) of a task of this kind."""
     if answer != "default":
-        return f"_{answer}_yaml"
+        return f"_{answer}_yaml" if retrieval else f"_{answer}_direct_yaml"
     if style in methods.FREE_TEXT_STYLES:
         return "_diagnosis_rag_yaml" if retrieval else "_diagnosis_direct_yaml"
     return f"_{'rag' if retrieval else 'direct'}{'_gen' if scoring == 'generative' else ''}_yaml"

@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import time
 
-from ..apply.pack import pack
-from ..apply.prompts import question_prompt, with_reasoning
 from ..data.record import Demo, Question
 from ..llm.backend import Backend
 from ..llm.closed_set import label_distribution
 from ..reformulate import usable
-from .evidence import evidence_record, render_evidence, select_evidence
+from .evidence import evidence_record, pack_prompts, select_evidence, shots_summary
 from .medr2 import GENERATION_VERSION, MedR2
 from .stage_runs import StageRuns, own_article_summary
 
@@ -120,25 +118,22 @@ def prepare(m: MedR2, benchmark: str, questions: list[Question], demos: list[Dem
     packs = []
     with m.stage("pack"):
         reasoning = [c["cot"] if cfg.answer_with_cot else None for c in cots]
-        question_tokens = m.target_tokens([with_reasoning(question_prompt(benchmark, q), r)
-                                           for q, r in zip(questions, reasoning)])
-        for q, q_tokens, sel, cand, rr, kp, aug, c, r in zip(questions, question_tokens, selected, candidates,
-                                                            reranked, kept, augmented, cots, reasoning):
-            ev_tokens = m.target_tokens([f"[{i}] {h['text']}\n" for i, h in enumerate(sel, 1)])
-            packed = pack(q_tokens, ev_tokens, [], cfg.window, cfg.evidence_share, 16 + cfg.answer_tokens)
-            m.counts["question_over_window"] += packed.question_over_window
-            used = [sel[i] for i in packed.evidence]
+        packings = pack_prompts(m, benchmark, questions, selected, reasoning, [], scoring)
+        for q, p, sel, cand, rr, kp, aug, c, r in zip(questions, packings, selected, candidates, reranked, kept,
+                                                      augmented, cots, reasoning):
+            m.counts["question_over_window"] += p.over_window
             runs.add_iteration(q.id, 1, cand, rr, kp, sel)  # LLM-AMT's refined knowledge is its "fine" stage
-            runs.add_packed(q.id, used, 1)
+            runs.add_packed(q.id, p.used, 1)
             packs.append({
-                "prefix": render_evidence([h["text"] for h in used]), "reasoning": r,
+                "prefix": p.prefix, "reasoning": r,
                 "evidence": [{**evidence_record(h), "relevance": h["relevance"], "usefulness": h["usefulness"]}
-                             for h in used],
-                "effective_k": len(used), "n_demos": 0, "prompt_tokens": packed.tokens, "cot": c["cot"],
+                             for h in p.used],
+                "effective_k": len(p.used), "n_demos": 0, "prompt_tokens": p.tokens, "cot": c["cot"],
                 "cot_answer": c["answer"], "augmented_query": aug, "retrieved_ids": [h["doc_id"] for h in cand],
                 "iterations": [], "stopped_at": None,
             })
     record = m.run_record(started, len(questions), 0)
+    record["shots"] = shots_summary(packings, 0)
     record["stage_runs"] = runs.for_items({q.id for q in questions})
     own = m.own_article_ranks(questions)  # PubMedQA: where the excluded own abstract would have ranked
     if own:

@@ -74,6 +74,19 @@ class MedR2:
             self._target_tok.model_max_length = 10**9
         return [len(ids) for ids in self._target_tok(texts, add_special_tokens=False)["input_ids"]]
 
+    def chat_overhead(self, system: str | None = None) -> int:
+        """Tokens the target's chat template adds around one user turn (with ``system`` as the system turn, or
+        before the prompt when the tokenizer has no template): counted in every packed prompt, since a chat target
+        is sent the template (lm-eval's ``--apply_chat_template``)."""
+        self.target_tokens([""])
+        tok = self._target_tok
+        if not getattr(tok, "chat_template", None):
+            return self.target_tokens([f"{system}\n\n"])[0] if system else 0
+        from ..llm.local import chat_token_ids
+
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": ""}]
+        return len(chat_token_ids(tok, messages))
+
     @property
     def label_rule(self) -> str:
         """How closed-set menus were scored, in the cache config of every stage that uses one."""
@@ -97,6 +110,7 @@ class MedR2:
     def run_record(self, started: float, questions: int, demos: int) -> dict:
         """What a pre-pass did: settings, models, index, per-stage seconds, counts, cache hits, model usage."""
         return {"method": self.cfg.method, "pipeline": self.cfg.pipeline, "config": self.cfg.to_json(),
+                "label_rule": self.label_rule,  # how closed-set menus were read (one request per menu since menu-v2)
                 "models": self.ids.used(),
                 "index": {k: self.searcher.manifest[k] for k in ("name", "recipe_hash", "corpus_hash")},
                 "questions": questions, "demos": demos, "wall_seconds": round(time.perf_counter() - started, 2),

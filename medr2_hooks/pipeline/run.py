@@ -9,11 +9,9 @@ import time
 import numpy as np
 
 from .. import loop, methods
-from ..apply.pack import pack
-from ..apply.prompts import question_prompt, with_reasoning
 from ..data.record import Demo, Question
 from ..reformulate import iteration_query
-from .evidence import evidence_record, render_demo, render_evidence, select_evidence
+from .evidence import evidence_record, pack_prompts, render_demo, select_evidence, shots_summary
 from .medr2 import MedR2
 from .stage_runs import StageRuns, own_article_summary
 
@@ -97,32 +95,25 @@ def prepare(m: MedR2, benchmark: str, questions: list[Question], demos: list[Dem
     states = iterate(m, questions + [d.question for d in demos], runs)
     q_states, d_states = states[: len(questions)], states[len(questions):]
     demo_texts = demonstrations(m, benchmark, demos, d_states, scoring)
-    demo_tokens = m.target_tokens(demo_texts)
+    medrag = m.cfg.method in methods.METHODS and methods.METHODS[m.cfg.method].answer == "medrag"
     packs = []
-    answers_in_json = m.cfg.method in methods.METHODS and methods.METHODS[m.cfg.method].answer == "medrag"
     with m.stage("pack"):
         reasoning = [s["cot"] if m.cfg.answer_with_cot else None for s in q_states]
-        question_tokens = m.target_tokens([with_reasoning(question_prompt(benchmark, q), r)
-                                           for q, r in zip(questions, reasoning)])
-        for q, q_tokens, s, r in zip(questions, question_tokens, q_states, reasoning):
-            evidence = s.get("evidence", [])
-            ev_tokens = m.target_tokens([f"[{i}] {h['text']}\n" for i, h in enumerate(evidence, 1)])
-            packed = pack(q_tokens, ev_tokens, demo_tokens, m.cfg.window, m.cfg.evidence_share,
-                          16 + m.cfg.answer_tokens)
-            m.counts["question_over_window"] += packed.question_over_window
-            used = [evidence[i] for i in packed.evidence]
-            runs.add_packed(q.id, used, s["stopped_at"] or len(s["iterations"]))
-            prefix = "".join(demo_texts[i] for i in packed.demos) + render_evidence([h["text"] for h in used])
+        packings = pack_prompts(m, benchmark, questions, [s.get("evidence", []) for s in q_states], reasoning,
+                                demo_texts, scoring, medrag)
+        for q, s, r, p in zip(questions, q_states, reasoning, packings):
+            m.counts["question_over_window"] += p.over_window
+            runs.add_packed(q.id, p.used, s["stopped_at"] or len(s["iterations"]))
             packs.append({
-                "prefix": prefix, "reasoning": r, "evidence": [evidence_record(h) for h in used],
-                "effective_k": len(used),
-                "n_demos": len(packed.demos), "prompt_tokens": packed.tokens, "cot": s["cot"],
+                "prefix": p.prefix, "reasoning": r, "evidence": [evidence_record(h) for h in p.used],
+                "effective_k": len(p.used), "n_demos": p.demos, "prompt_tokens": p.tokens, "cot": s["cot"],
                 "iterations": s["iterations"], "stopped_at": s["stopped_at"], "labels": s["labels"],
                 "reformulation": s["reformulation"], "reference": s["reference"],
             })
-            if answers_in_json:  # MedRAG's prompt numbers the documents itself (lmeval.medr2.doc_to_text_medrag)
-                packs[-1]["evidence_texts"] = [h["text"] for h in used]
+            if medrag:  # MedRAG's prompt numbers the documents itself (medr2_hooks.lmeval.medrag)
+                packs[-1]["evidence_texts"] = [h["text"] for h in p.used]
     record = m.run_record(started, len(questions), len(demos))
+    record["shots"] = shots_summary(packings, len(demo_texts))
     record["loop"] = loop_summary(q_states, m.cfg.iterations if m.cfg.cot else 1, m.cfg.delta)
     record["stage_runs"] = runs.for_items({q.id for q in questions})
     own = m.own_article_ranks(questions)  # PubMedQA: where the excluded own abstract would have ranked

@@ -14,8 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..data.record import Record
-from ..fs import atomic_write_text
-from ..redact import redact
+from ..fs import write_json
 from .spec import PrepassSpec
 
 log = logging.getLogger(__name__)
@@ -31,9 +30,9 @@ def write_packs(spec: PrepassSpec, packs: list[dict]) -> tuple[Path, str]:
     """Write the packs artifact atomically, with the sha256 of its packs; ``(path, sha256 of its bytes)``."""
     path = spec.packs_path
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"key": spec.key, "identity": spec.identity(), "packs": packs, "packs_sha256": _digest(packs)},
-                      ensure_ascii=False, sort_keys=True)
-    atomic_write_text(path, text)
+    # verbatim: the evidence is what the target reads, byte for byte (the identity holds public endpoints only)
+    text = write_json(path, {"key": spec.key, "identity": spec.identity(), "packs": packs,
+                             "packs_sha256": _digest(packs)}, indent=None, sort_keys=True, verbatim=True)
     return path, hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -129,7 +128,7 @@ def run_prepass(spec: PrepassSpec, write: bool = True, shard: str | None = None,
 
         folder = path.with_name(f"{path.stem}.runs")
         record["stage_runs"] = {"folder": str(folder), "stages": write_runs(folder, runs, spec.name)}
-    _write_record(redact(record), path)
+    _write_record(record, path)
     return packs, record
 
 
@@ -167,7 +166,7 @@ def prepare_records(pipeline, benchmark: str, eval_records: list[Record], demos:
 
 def _write_record(record: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(record, indent=1, ensure_ascii=False, default=str))
+    write_json(path, record)  # redacted: a served role's credentials never reach a committed record
     log.info("pre-pass record: %s (stages %s)", path, record["stage_seconds"])
 
 
