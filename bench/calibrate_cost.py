@@ -41,8 +41,10 @@ def estimate_record(record: dict):
 
     cfg = MethodConfig.from_dict(record["config"], "record config")
     pools = data.pools(record["benchmark"])
+    # a record without its label rule was made before served menus were read in one request (one per label then)
     run = count_prepass(cfg, record["benchmark"], [r.public() for r in pools.eval][: record["questions"]],
-                        [r.public() for r in pools.demos][: record["demos"]], {})
+                        [r.public() for r in pools.demos][: record["demos"]], {},
+                        per_label_menus="label_rule" not in record)
     evaluation(run, tokens_for(cfg.target_tokenizer), "letters", False, 0, True)
     return run
 

@@ -18,7 +18,8 @@ SERVED_LEVELER = "{backend: openai, model: 'embedded:gemma-270m', base_url: 'htt
 def small(tmp_path, methods="[medr2]", extra="") -> str:
     """Two MedQA-USMLE questions and one demonstration; dense retrieval of 4 passages (a Flat index returns exactly
     k), S^c of 3, two iterations, conflict pairs among 3; every role on the embedded model in process (``hf``:
-    one request a menu) except the leveler, served (one request per label: 9 evidence levels)."""
+    one request a menu) except the leveler, served (one request a menu too: the letters read from the next-token
+    distribution, issue 41)."""
     from medr2_hooks.retrieve.build import ensure_index
 
     ensure_index("textbooks_demo")
@@ -54,7 +55,7 @@ def test_counts_of_a_small_medr2_run_equal_the_hand_computed_ones(tmp_path):
         "prepass:reformulate": (n, n, n * 8),
         "prepass:reference": (n, n, 0),
         "prepass:coarse": (t * n * 4, t * n * 4, 0),  # every (query, passage) pair of the 4 dense hits
-        "prepass:evidence_level": (t * n * k, t * n * k * 9, 0),  # served: one request per evidence level
+        "prepass:evidence_level": (t * n * k, t * n * k, 0),  # served: one request a menu (9 letters, one token each)
         "prepass:doc_type": (t * n * k, t * n * k, 0),
         "prepass:usefulness": (t * n, t * n * (k + 1), 0),  # no document, then each of S^c
         "prepass:conflict": (t * n, t * n * pairs, 0),
@@ -66,10 +67,18 @@ def test_counts_of_a_small_medr2_run_equal_the_hand_computed_ones(tmp_path):
     }
     assert {stage: (s["items"], s["requests"], s["generated"]) for stage, s in got.items()} == expected
     line = {x.stage: x for x in lines}
-    # a served menu sends its prompt once per label; a prefix-caching server computes it once
-    assert line["evidence_level"].prompt_tokens == pytest.approx(9 * line["evidence_level"].prompt_tokens_unique)
+    # a served menu sends its prompt once; computed once
+    assert line["evidence_level"].prompt_tokens == pytest.approx(line["evidence_level"].prompt_tokens_unique)
     # the proxy's k + 1 prompts of a question are all different (no document, then each document)
     assert line["usefulness"].prompt_tokens == pytest.approx(line["usefulness"].prompt_tokens_unique)
+
+
+def test_a_served_menu_of_long_names_is_a_request_per_label_computed_whole(tmp_path):
+    """Issue 41: token_mean scores each label name as its own prompt-logprob sequence, which vLLM computes without its
+    prefix cache: requests and computed tokens are the label count times the prompt, nothing counted once."""
+    (run,) = expand(load_experiment(small(tmp_path, extra="method_overrides: {medr2: {label_scoring: token_mean}}\n")))
+    line = {x.stage: x for x in run_lines(run)[0]}["evidence_level"]
+    assert line.requests == 9 * line.items and line.prompt_tokens == pytest.approx(line.prompt_tokens_unique)
 
 
 def test_prompt_tokens_are_the_stages_own_prompts_on_the_runs_items(tmp_path):

@@ -3,7 +3,9 @@ run's pre-pass and evaluation send, per stage and role.
 
 The counts follow the pipeline's structure: which stage asks which role how many times per question and iteration
 (:mod:`medr2_hooks.pipeline`), and how many rows a closed-set menu costs on that role's backend (``hf`` scores a
-menu in one pass; ``vllm`` and served endpoints send one row per label). Tokens come from the stages' own prompt
+menu in one pass; ``vllm`` and served endpoints read a menu of one-token labels from one request's next-token
+distribution, and send one prompt-logprob row per label only for names of several tokens, which vLLM computes
+without its prefix cache: such rows count whole in ``prompt_tokens_unique``). Tokens come from the stages' own prompt
 functions rendered on the run's items (question-only stages) or with documents of the index's mean unit size,
 counted under each role's tokenizer (:mod:`.cost_sizes`). What only the run itself decides is taken at its
 ceiling and listed under ``assumptions``: Alg. 2 runs all T iterations, every judged document is new, every
@@ -44,7 +46,7 @@ class Line:
     role: str
     model: str
     items: float  # what the stage is asked: questions, (query, document) pairs, documents, document sets
-    requests: float  # prompts sent (a served closed-set menu: one per label)
+    requests: float  # prompts sent (a menu of one-token labels: one; of longer names on a served role: one per label)
     prompt_tokens: float
     prompt_tokens_unique: float  # each distinct prompt once (prefix caching)
     generated_tokens: float
@@ -58,22 +60,27 @@ class Line:
 class Role:
     """A role's model, backend and tokenizer, and the requests one closed-set menu costs on it."""
 
-    def __init__(self, name: str, spec: dict):
+    def __init__(self, name: str, spec: dict, per_label_menus: bool = False):
         from ..redact import public_url
 
         self.name, self.model, self.backend = name, spec["model"], spec.get("backend", "hf")
+        self.per_label_menus = per_label_menus  # how served menus were read before one request per menu
         self.endpoint = public_url(spec["base_url"]) if spec.get("base_url") else None
         self.tokens: Tokens = tokens_for(spec.get("tokenizer") or spec["model"])
 
-    def rows(self, labels: int) -> int:
-        return 1 if self.backend == "hf" else labels
+    def rows(self, labels: int, one_token: bool = True) -> int:
+        """Requests one closed-set menu costs: one — ``hf`` scores the prompt once and every label on its cached keys,
+        vLLM and served endpoints read labels of one token (letters, yes/no) from one request's next-token
+        distribution — else one per label (a name of several tokens is its own prompt-logprob sequence)."""
+        return 1 if self.backend == "hf" or (one_token and not self.per_label_menus) else labels
 
 
 class Counting:
     """One run's counting context: its items, settings, roles and sizes."""
 
-    def __init__(self, cfg, benchmark: str, items: list, demos: list, share_base: dict):
+    def __init__(self, cfg, benchmark: str, items: list, demos: list, share_base: dict, per_label_menus: bool = False):
         self.cfg, self.benchmark, self.share_base = cfg, benchmark, share_base
+        self.per_label_menus = per_label_menus  # calibration against records made before one request per menu
         self.items, self.demos = items, demos
         self.unit = 0.0  # mean tokens of one evidence unit (set from the index for a retrieval run)
         self.union: float | None = None  # mean candidates a search returns (measured or its ceiling, on first use)
@@ -88,7 +95,7 @@ class Counting:
         return role.tokens.mean([render(q) for q in self.sample(self.items + self.demos)])
 
     def role(self, name: str) -> Role:
-        return Role(name, self.cfg.role(name))
+        return Role(name, self.cfg.role(name), self.per_label_menus)
 
     def share(self, stage: str, *groups: str) -> str:
         fields = {g: getattr(self.cfg, g) for g in groups if hasattr(self.cfg, g)}
@@ -104,8 +111,12 @@ class Counting:
         name, model = (role.name, role.model) if isinstance(role, Role) else (role, model)
         endpoint = role.endpoint if isinstance(role, Role) else None
         share = None if share is None else f"{share}|{stage}"  # a CoT and the reading of its answer: two lines
-        self.lines.append(Line(phase, stage, name, model, n, n * prompts * rows, n * prompts * rows * tokens,
-                               n * (prompts * tokens if unique is None else unique), n * generated, share, endpoint))
+        sent = n * prompts * rows * tokens
+        computed = n * (prompts * tokens if unique is None else unique)
+        if rows > 1 and isinstance(role, Role) and role.backend != "hf":
+            computed = sent  # one prompt-logprob sequence per label: vLLM computes each without its prefix cache
+        self.lines.append(Line(phase, stage, name, model, n, n * prompts * rows, sent, computed, n * generated,
+                               share, endpoint))
 
 
 _CLASSIFY = ("pipeline", "classifier", "decision_mode", "label_scoring")
@@ -132,7 +143,7 @@ def prepass(run: Counting) -> None:
             run.add("classify", role, n, 2, sum(t for t, _ in menus) / 2, generated=24,
                     share=run.share("classify", *_CLASSIFY))
         else:
-            rows = [role.rows(labels) for _, labels in menus]
+            rows = [role.rows(labels, cfg.label_scoring == "letters") for _, labels in menus]
             run.add("classify", role, n, sum(rows), sum(t * r for (t, _), r in zip(menus, rows)) / sum(rows),
                     unique=sum(t for t, _ in menus), share=run.share("classify", *_CLASSIFY))
     reform = 0.0
@@ -185,7 +196,8 @@ def _rerank(run: Counting, n: int, query: float, candidates: float, key) -> None
     for stage, role_name, render, labels in (("evidence_level", "leveler", level_prompt, len(EVIDENCE_LEVELS)),
                                              ("doc_type", "doc_typer", doc_type_prompt, len(DOC_TYPES))):
         role = run.role(role_name)
-        run.add(stage, role, n * k, role.rows(labels), _fixed(role, render("", cfg.label_scoring)) + judged + 1,
+        run.add(stage, role, n * k, role.rows(labels, cfg.label_scoring == "letters"),
+                _fixed(role, render("", cfg.label_scoring)) + judged + 1,
                 share=key(stage, _RERANK))
     role = run.role("proxy")
     answer = _answer_tokens(run, role)
@@ -252,7 +264,8 @@ def evaluation(run: Counting, target: Tokens, scoring: str, chat: bool, max_gen:
     ``answer``: the method's answer format (``medrag``: MedRAG's JSON prompt around the documents)."""
     cfg = run.cfg
     if answer == "medrag":
-        prompt = target.mean([P.medrag_prompt([], q) for q in run.sample(run.items)])
+        prompt = target.mean([P.medrag_prompt([], q) for q in run.sample(run.items)]) + \
+            _fixed_tokens(target, P.MEDRAG_SYSTEM)
     else:
         prompt = target.mean([P.question_prompt(run.benchmark, q) for q in run.sample(run.items)])
     if (scoring == "generative" or _free_text(run)) and answer != "medrag":

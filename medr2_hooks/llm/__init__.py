@@ -18,7 +18,7 @@ BACKENDS = {
 }
 # options that count something: a whole number >= 1 (>= 0 for retries); seconds: a number > 0
 _COUNTS = {"batch_size": 1, "concurrency": 1, "request_batch": 1, "max_length": 1, "tensor_parallel_size": 1,
-           "max_retries": 0}
+           "max_retries": 0, "top_logprobs": 1}
 _SECONDS = ("timeout", "backoff")
 
 

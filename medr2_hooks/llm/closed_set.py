@@ -14,8 +14,11 @@ controlled trial", "cause-and-effect") lose probability to a one-token label for
 moved 143/200 evidence-level and 168/200 document-type decisions but mostly answers the first letter (a
 position bias of small models, which instruction-tuned paper-scale models do not share), and ``token_mean``
 over-rewards multi-token names (their later tokens are nearly certain: 199/200 "non-randomized controlled
-trial", 200/200 "cause-and-effect"), so ``letters`` is the default everywhere. One batched scoring pass, and
-exactly the distribution Eq. 4 needs. ``label_distribution`` stays for single-token label sets (yes/no judges).
+trial", 200/200 "cause-and-effect"), so ``letters`` is the default everywhere. One prefill per menu on every
+backend: ``hf`` scores a prompt once and every label on its cached keys (``score_choices``); vLLM and served
+endpoints read the labels' letters from one request's next-token distribution (``next_token_logprobs``: their
+prompt-log-probability path would skip the prefix cache and compute the prompt once per label). Exactly the
+distribution Eq. 4 needs. ``label_distribution`` stays for single-token label sets (yes/no judges).
 ``generate``: free generation parsed strictly (the first label named, as a whole word); a reply naming no label
 is a parse failure, recorded and handled by the caller's documented rule (a uniform distribution and the
 fallback label).
@@ -32,7 +35,9 @@ MODES = ("closed_set", "generate")
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 LABEL_SCORINGS = ("letters", "token_mean")
 # Part of every closed-set stage's cache config (with the rule): decisions made another way are not reused.
-LABEL_SCORING_VERSION = "menu-v1"
+# v2: after a prompt that ends in whitespace (a chat template's assistant header, "...assistant\n") a label is read
+# as the model writes it there, without a leading space ("A", not " A", which a chat model almost never emits).
+LABEL_SCORING_VERSION = "menu-v2"
 
 
 def lettered(labels: list[str], descriptions: dict[str, str] | None = None) -> str:
@@ -56,7 +61,7 @@ def choice_distribution(backend, prompts: list[str], labels: list[str], role: st
         return label_distribution(backend, prompts, list(LETTERS[: len(labels)]), role)
     if scoring != "token_mean":
         raise ValueError(f"label_scoring must be one of {', '.join(LABEL_SCORINGS)}, found {scoring!r}")
-    lengths = np.array(backend.count_tokens([f" {label}" for label in labels]), dtype=np.float64)
+    lengths = np.array(backend.count_tokens([f" {label}" for label in labels]), dtype=np.float64)  # ± one space
     return softmax(label_loglik(backend, prompts, labels, role) / np.maximum(lengths, 1))
 
 
@@ -76,18 +81,32 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def label_loglik(backend, prompts: list[str], labels: list[str], role: str, sep: str = " ") -> np.ndarray:
-    """``[len(prompts), len(labels)]`` summed log-likelihoods of ``sep + label`` after each prompt."""
+def label_loglik(backend, prompts: list[str], labels: list[str], role: str, sep: str | None = None) -> np.ndarray:
+    """``[len(prompts), len(labels)]`` summed log-likelihoods of ``sep + label`` after each prompt; ``sep`` None:
+    a space after text (``...Answer: A``), nothing after whitespace (a chat template's ``assistant\n``)."""
     if not prompts:
         return np.zeros((0, len(labels)))
+    if sep is None:
+        out = np.zeros((len(prompts), len(labels)))
+        for joiner in (" ", ""):
+            idx = [i for i, p in enumerate(prompts) if (p[-1:].isspace()) == (joiner == "")]
+            if idx:
+                out[idx] = label_loglik(backend, [prompts[i] for i in idx], labels, role, joiner)
+        return out
     continuations = [f"{sep}{label}" for label in labels]
     if hasattr(backend, "score_choices"):  # one pass per prompt, choices scored on its cached keys/values
         return np.array(backend.score_choices(prompts, continuations, role=role), dtype=np.float64)
+    if hasattr(backend, "next_token_logprobs"):  # vLLM, served: one request per prompt, its next-token top-k
+        got = backend.next_token_logprobs(prompts, continuations, role=role)
+        if got is not None:
+            return np.array(got, dtype=np.float64)
+    # Labels of several tokens (token_mean scoring) are scored as sequences, one per label: a served engine computes
+    # such a request's prompt without its prefix cache, so this path costs a prefill per label.
     scores = backend.score([p for p in prompts for _ in labels], continuations * len(prompts), role=role)
     return np.array([s for s, _ in scores], dtype=np.float64).reshape(len(prompts), len(labels))
 
 
-def label_distribution(backend, prompts: list[str], labels: list[str], role: str, sep: str = " ") -> np.ndarray:
+def label_distribution(backend, prompts: list[str], labels: list[str], role: str, sep: str | None = None) -> np.ndarray:
     """``[len(prompts), len(labels)]`` probabilities from the summed log-likelihood of ``sep + label`` (for
     label sets of one token each, such as yes/no)."""
     if not prompts:

@@ -3,6 +3,14 @@
 ``score`` uses the completions API with ``echo=True, logprobs=1, max_tokens=0`` (supported by vLLM and
 other OpenAI-compatible servers); endpoints without prompt log-probabilities can still ``generate``.
 
+A closed-set menu (:mod:`medr2_hooks.llm.closed_set`) whose labels are one token each is read in one request per
+prompt: ``max_tokens: 1`` with the next token's ``top_logprobs`` (``logprobs: k`` on completions, ``logprobs: true,
+top_logprobs: k`` on chat), as :meth:`next_token_logprobs`. vLLM computes a request that asks for *prompt*
+log-probabilities without its prefix cache, so scoring each label as its own ``echo`` sequence would compute the
+prompt once per label (9 times for the evidence leveler, 16 for the document typer); the next-token distribution
+keeps the cache and costs one prefill. ``top_logprobs`` (default 20, vLLM's ``max_logprobs``) bounds what the
+server returns: a label outside it gets the k-th log-probability (an upper bound), counted in the usage.
+
 Credentials: name an environment variable (``api_key_env``, default ``OPENAI_API_KEY``) rather than writing
 ``api_key`` into a config; either way the key is only sent as a header, and recorded configs are redacted.
 A server that cannot be reached, or answers with an error, raises :class:`EndpointError` naming the role
@@ -27,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import Medr2Error
 from ..redact import REDACTED, public_url, redact
-from .backend import Usage, cut_at_stop
+from .backend import Usage, cut_at_stop, menu_logprobs
 
 
 class EndpointError(Medr2Error):
@@ -38,7 +46,7 @@ class OpenAIBackend:
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, timeout: float = 600,
                  max_length: int = 32768, tokenizer: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  concurrency: int = 4, request_batch: int = 16, max_retries: int = 4, backoff: float = 1.0,
-                 server_args: dict | list | str | None = None, api: str = "completions"):
+                 server_args: dict | list | str | None = None, api: str = "completions", top_logprobs: int = 20):
         # server_args: how the server was started (vllm serve flags), declared for the role's identity only
         if concurrency < 1 or request_batch < 1 or max_retries < 0:
             raise ValueError("concurrency and request_batch must be >= 1, max_retries >= 0")
@@ -53,7 +61,7 @@ class OpenAIBackend:
         self._secrets = [x for x in (urlsplit(self.base_url).password, key) if x]
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._local = threading.local()
-        self.concurrency, self.request_batch = concurrency, request_batch
+        self.concurrency, self.request_batch, self.top_logprobs = concurrency, request_batch, top_logprobs
         self.max_retries, self.backoff = max_retries, backoff
         # what records, cache keys, logged samples and messages name: the endpoint without user, password or key
         self.endpoint = public_url(self.base_url)
@@ -129,7 +137,8 @@ class OpenAIBackend:
             def call(chunk: list[str]) -> dict:
                 body = self._answer(self._post("chat/completions", {"messages": [{"role": "user", "content": chunk[0]}],
                                                                     **payload}, role), role, "message")
-                body["choices"] = [{"index": 0, "text": c["message"].get("content") or ""} for c in body["choices"][:1]]
+                body["choices"] = [{"index": 0, "text": c["message"].get("content") or "",
+                                    "logprobs": c.get("logprobs")} for c in body["choices"][:1]]
                 return body
         else:
             chunks = [prompts[i:i + self.request_batch] for i in range(0, len(prompts), self.request_batch)]
@@ -199,6 +208,43 @@ class OpenAIBackend:
                                                   **({"stop": stop} if stop else {})}, role)
         self.usage.add(role, len(prompts), usage["prompt_tokens"], usage["completion_tokens"])
         return [cut_at_stop(c["text"], stop) for c in choices]
+
+    def next_token_logprobs(self, prompts: list[str], choices: list[str],
+                            role: str = "score") -> list[list[float]] | None:
+        """Each choice's log-probability as the next token after each prompt, from one ``max_tokens: 1`` request per
+        prompt (None when a choice is more than one token: the caller scores it as a sequence)."""
+        keys = self._token_keys(choices)
+        if keys is None:
+            return None
+        payload = {"max_tokens": 1, "temperature": 0.0}
+        payload |= {"logprobs": True, "top_logprobs": self.top_logprobs} if self.api == "chat" else \
+            {"logprobs": self.top_logprobs}
+        answered, usage = self._complete(prompts, payload, role)
+        tops = [self._next_token_top(c, role) for c in answered]
+        self.usage.add(role, len(prompts), usage["prompt_tokens"], usage["completion_tokens"])
+        return menu_logprobs(tops, keys, self.usage)
+
+    def _token_keys(self, choices: list[str]) -> list[set[str]] | None:
+        """The names a server may give each choice's token: its text, decoded (vLLM) or as the tokenizer's own
+        token (``medr2 serve``); None when a choice is several tokens. Without a tokenizer the text alone."""
+        if self._tok is None:
+            return [{c} for c in choices]
+        ids = self._tok(choices, add_special_tokens=False)["input_ids"]
+        if any(len(i) != 1 for i in ids):
+            return None
+        return [{c, self._tok.decode(i), self._tok.convert_ids_to_tokens(i[0])} for c, i in zip(choices, ids)]
+
+    def _next_token_top(self, choice: dict, role: str) -> dict[str, float]:
+        """``{token: logprob}`` of the first generated position of one choice (completions or chat)."""
+        lp = choice.get("logprobs")
+        try:
+            if self.api == "chat":
+                return {e["token"]: float(e["logprob"]) for e in lp["content"][0]["top_logprobs"]}
+            return {k: float(v) for k, v in lp["top_logprobs"][0].items()}
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            raise EndpointError(f"role {role!r}: {self.endpoint} (model {self.model!r}) returned no top "
+                                "log-probabilities of the next token (logprobs); a closed-set menu needs "
+                                "them") from None
 
     def score(self, prompts: list[str], continuations: list[str], role: str = "score") -> list[tuple[float, int]]:
         if self.api == "chat":

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 
 MAX_LOGPROBS = 20
+# up to this many generated tokens, their log-probabilities come from the generation's own logits (one pass)
+GENERATION_LOGITS_MAX = 16
 # sequence positions whose full-vocabulary log-probabilities are held at once (Gemma-3: 262k entries each)
 LOGIT_CHUNK = 256
 
@@ -247,9 +249,13 @@ def cut(tokenizer, new: list[int], stop: tuple[str, ...], eos: set[int]) -> tupl
 
 
 @torch.no_grad()
-def greedy(backend, prompts: list[tuple[int, ...]], max_tokens: int, should_stop=lambda: False) -> list[list[int]]:
+def greedy(backend, prompts: list[tuple[int, ...]], max_tokens: int, should_stop=lambda: False,
+           top_n: int | None = None) -> tuple[list[list[int]], list[dict] | None]:
     """Greedy continuations of token-id prompts (``max_tokens`` each, end-of-sequence included), in batches; stops
-    early once ``should_stop()`` (every client of the batch went away)."""
+    early once ``should_stop()`` (every client of the batch went away). With ``top_n``, also each generated
+    position's log-probabilities from the generation's own logits (``{"token_logprobs", "top"}`` per prompt, as
+    :func:`sequence_logprobs` gives them for those positions): a closed-set menu's ``max_tokens: 1`` request then
+    costs one forward pass, as on vLLM."""
     from transformers import StoppingCriteria, StoppingCriteriaList
 
     from .hf import pad
@@ -260,18 +266,25 @@ def greedy(backend, prompts: list[tuple[int, ...]], max_tokens: int, should_stop
 
     tok = backend.tokenizer
     out: list[list[int]] = [[] for _ in prompts]
+    scored: list[dict] | None = [{} for _ in prompts] if top_n is not None else None
     if max_tokens == 0:
-        return out
+        return out, scored
     for idx in backend._batches(len(prompts), [len(p) for p in prompts]):
         if should_stop():
             break
         ids, mask, _ = pad([list(prompts[i]) for i in idx], tok.pad_token_id, left=True)
         gen = backend.model.generate(input_ids=ids.to(backend.device), attention_mask=mask.to(backend.device),
                                      max_new_tokens=max_tokens, do_sample=False, pad_token_id=tok.pad_token_id,
-                                     stopping_criteria=StoppingCriteriaList([Cancelled()]))
+                                     stopping_criteria=StoppingCriteriaList([Cancelled()]),
+                                     return_dict_in_generate=True, output_logits=top_n is not None)
         for j, i in enumerate(idx):
-            out[i] = gen[j, ids.shape[1]:].tolist()
-    return out
+            out[i] = gen.sequences[j, ids.shape[1]:].tolist()
+            if scored is not None:
+                lps = [step[j].float().log_softmax(-1) for step in gen.logits]
+                picked = [float(lp[t]) for lp, t in zip(lps, out[i])]
+                tops = [tuple(x.tolist() for x in lp.topk(top_n)) if top_n else ([], []) for lp in lps]
+                scored[i] = {"token_logprobs": picked, "top": tops}
+    return out, scored
 
 
 def _text_and_offsets(tok, prompt: Prompt, echo: bool, kept: list[int], text: str) -> tuple[str, list[int]]:
@@ -289,11 +302,26 @@ def answer(backend, req: Request, should_stop=lambda: False) -> tuple[list[dict]
     """The choices of one request (completions or chat), greedy, with log-probabilities where asked, and the number
     of tokens generated for each prompt."""
     tok = backend.tokenizer
-    new = greedy(backend, [p.ids for p in req.prompts], req.max_tokens, should_stop)
-    kept = [cut(tok, n, req.stop, eos_ids(backend)) for n in new]
     want = req.logprobs is not None
-    scored = sequence_logprobs(backend, [list(p.ids) + k for p, (k, _, _) in zip(req.prompts, kept)],
-                               req.logprobs or 0, should_stop) if want else [None] * len(kept)
+    # the generated positions' log-probabilities come with the generation itself when only they are asked for and
+    # the answer is short (a menu's max_tokens: 1); an echo needs the prompt's positions too (a second pass)
+    from_generation = want and not req.echo and req.max_tokens <= GENERATION_LOGITS_MAX
+    new, generated = greedy(backend, [p.ids for p in req.prompts], req.max_tokens, should_stop,
+                            (req.logprobs or 0) if from_generation else None)
+    eos = eos_ids(backend)
+    kept = [cut(tok, n, req.stop, eos) for n in new]
+    if from_generation:  # positions of the prompt carry nothing (never shown without echo)
+        # an answer that ended at once (its first token the end of sequence) still shows that position's
+        # distribution, as vLLM returns the end token with its log-probabilities: a menu needs it
+        kept = [(n[:1], t, r) if not k and n[:1] and n[0] in eos else (k, t, r) for n, (k, t, r) in zip(new, kept)]
+        scored = [{"token_logprobs": [None] * len(p.ids) + g.get("token_logprobs", [])[:len(k)],
+                   "top": [None] * len(p.ids) + g.get("top", [])[:len(k)]}
+                  for p, g, (k, _, _) in zip(req.prompts, generated, kept)]
+    elif want:
+        scored = sequence_logprobs(backend, [list(p.ids) + k for p, (k, _, _) in zip(req.prompts, kept)],
+                                   req.logprobs or 0, should_stop)
+    else:
+        scored = [None] * len(kept)
     choices = []
     for i, (prompt, (tokens, text, reason), lp) in enumerate(zip(req.prompts, kept, scored)):
         n = len(prompt.ids)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from .backend import Usage, cut_at_stop
+from .backend import Usage, cut_at_stop, menu_logprobs
 
 
 class VLLMBackend:
+    """``top_logprobs``: how many next-token log-probabilities a closed-set menu reads (:meth:`next_token_logprobs`;
+    the engine's ``max_logprobs`` is raised to it): enough to cover a 16-label menu's letters."""
+
     def __init__(self, model: str, dtype: str = "auto", tensor_parallel_size: int = 1, max_length: int | None = None,
-                 gpu_memory_utilization: float = 0.9, **engine_args):
+                 gpu_memory_utilization: float = 0.9, top_logprobs: int = 32, **engine_args):
         from vllm import LLM  # noqa: PLC0415 - GPU-only dependency
+
+        self.top_logprobs = top_logprobs
+        engine_args["max_logprobs"] = max(engine_args.get("max_logprobs", 20), top_logprobs)
 
         self.llm = LLM(model=model, dtype=dtype, tensor_parallel_size=tensor_parallel_size, max_model_len=max_length,
                        gpu_memory_utilization=gpu_memory_utilization, **engine_args)
@@ -40,6 +46,25 @@ class VLLMBackend:
         self.usage.add(role, len(prompts), sum(len(o.prompt_token_ids) for o in outputs),
                        sum(len(o.outputs[0].token_ids) for o in outputs))
         return texts
+
+    def next_token_logprobs(self, prompts: list[str], choices: list[str],
+                            role: str = "score") -> list[list[float]] | None:
+        """Each choice's log-probability as the next token, from one sequence per prompt (``max_tokens=1`` with the
+        sampled position's top ``top_logprobs``: unlike prompt log-probabilities, this keeps the prefix cache, so a
+        menu costs one prefill); None when a choice is several tokens (the caller scores it as a sequence). A label
+        outside the top-k gets the k-th log-probability, an upper bound, counted in the usage."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        ids = [self.tokenizer.encode(c, add_special_tokens=False) for c in choices]
+        if any(len(i) != 1 for i in ids):
+            return None
+        ctx = [self.tokenizer.encode(p)[-(self.max_length - 1):] for p in prompts]
+        params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=self.top_logprobs, detokenize=False)
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=c) for c in ctx], params, use_tqdm=False)
+        tops = [{tok: getattr(lp, "logprob", lp) for tok, lp in o.outputs[0].logprobs[0].items()} for o in outputs]
+        self.usage.add(role, len(prompts), sum(map(len, ctx)), len(prompts))
+        return menu_logprobs(tops, [{i[0]} for i in ids], self.usage)
 
     def score(self, prompts: list[str], continuations: list[str], role: str = "score") -> list[tuple[float, int]]:
         from vllm import SamplingParams
