@@ -32,7 +32,9 @@ $(VENV)/.installed: setup.cfg pyproject.toml constraints-cpu.txt
 # Main job on the embedded defaults: benchmark counts, the demo evidence index over a declared textbook
 # subset (index/textbooks_demo.yaml; resumable, cached in ~/.cache/medr2/indexes), a hybrid search, then
 # lm-eval on a fixed slice with Gemma-3-270M (direct response), then Med-R² and vanilla RAG on a smaller slice
-# with the CPU twin settings; results land in results/runs/, the offline W&B runs in results/wandb/.
+# with the CPU twin settings; everything the demo writes lands in results/demo/ (runs/, prepass/, wandb/), which
+# git ignores: a fresh clone stays clean.
+demo: export MEDR2_RESULTS_DIR = results/demo
 demo: install
 	$(MEDR2) data info
 	$(MEDR2) index build textbooks_demo

@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import yaml
+    from pathlib import Path
 
     from ..config import ConfigError
     from ..experiments.config import load_experiment
@@ -69,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
                               "--dry-run lists them)")
         runs = [r for r in runs if r.name in args.run]
     if args.wandb_sweep:
-        with open(args.wandb_sweep, "w", encoding="utf-8") as fh:
-            yaml.safe_dump(wandb_sweep_spec(exp.name, args.config, runs), fh, sort_keys=False)
+        from ..fs import write_yaml
+
+        write_yaml(Path(args.wandb_sweep), wandb_sweep_spec(exp.name, args.config, runs))  # no credential in it
         print(f"{args.wandb_sweep}: {len(runs)} runs")
         return 0
     if args.dry_run:
@@ -81,11 +82,14 @@ def run(args: argparse.Namespace) -> int:
         if args.json:  # often kept as a file: no credential from a served role's URL or model_args
             from ..redact import redact
 
-            emit_json(args, redact({"experiment": exp.name, "total": total,
-                                    "runs": [{**r.to_json(), "cost": c} for r, c in zip(runs, costs)]}))
+            missing = {u["run"]: u["reason"] for u in total.get("runs_without_estimate", [])}
+            emit_json(args, redact({"experiment": exp.name, "total": total, "runs": [
+                {**r.to_json(), "cost": c, **({"cost_unavailable": missing[r.name]} if c is None else {})}
+                for r, c in zip(runs, costs)]}))
         else:
             for r, c in zip(runs, costs):
-                print(f"{r.name}  task={r.task} model={r.lm_model} {r.model_args}  {_brief(c)}")
+                print(f"{r.name}  task={r.task} model={r.lm_model} {r.model_args}  "
+                      f"{_brief(c) if c is not None else 'no estimate: its benchmark files are not here'}")
             print(f"{len(runs)} runs; estimated {_brief(total)}")
         return 0
     if exp.rehearsal:
@@ -102,25 +106,27 @@ def _brief(cost: dict) -> str:
     parts = [f"{phase} {c['requests']:,} requests, {c['prompt_tokens_unique'] + c['generated_tokens']:,} tokens"
              for phase, c in ((p, cost.get(p)) for p in ("prepass", "eval")) if c]
     hours = cost.get("gpu_hours")
-    return "; ".join(parts) + (f"; {hours:,} GPU-hours" if hours is not None else "")
+    assumed = sorted((cost.get("sizes") or {}).get("assumed", {}))
+    return "; ".join(parts) + (f"; {hours:,} GPU-hours" if hours is not None else "") + \
+        (f"; assumed sizes: {', '.join(assumed)}" if assumed else "") + \
+        (f"; {len(cost['runs_without_estimate'])} runs without an estimate"
+         if cost.get("runs_without_estimate") else "")
 
 
 def _rehearse(exp, runs, wandb: bool) -> dict:
     """Record the rehearsal's config (``medr2 report <name>`` reads it), start one ``medr2 serve`` per stand-in
     that a role reaches over HTTP, run the grid, stop the servers."""
     import contextlib
-    import json
 
     from .. import settings
     from ..experiments.rehearse import servers_needed
     from ..experiments.sweep import sweep
-    from ..fs import atomic_write_text
+    from ..fs import write_json
     from ..llm.serve import serve_process
-    from ..redact import redact
 
     out = settings.results_dir() / exp.name
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "experiment.json", json.dumps(redact(exp.to_json()), indent=1))  # no credential
+    write_json(out / "experiment.json", exp.to_json(), ascii=True)  # redacted: no credential
     logs = settings.cache_dir() / "serve"
     logs.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:

@@ -88,10 +88,12 @@ def run_lines(run: Run) -> tuple[list[Line], dict]:
     return counting.lines, counting.assumptions
 
 
-def count_prepass(cfg, benchmark: str, items: list, demos: list, share_base: dict) -> Counting:
+def count_prepass(cfg, benchmark: str, items: list, demos: list, share_base: dict,
+                  per_label_menus: bool = False) -> Counting:
     """The pre-pass lines of a method config over ``items``; Alg. 2 also runs the demonstrations (LLM-AMT's reader
-    is zero-shot)."""
-    counting = Counting(cfg, benchmark, items, demos if cfg.pipeline == "medr2" else [], share_base)
+    is zero-shot). ``per_label_menus``: count served menus as they were read before one request per menu (what the
+    calibration compares records made then with)."""
+    counting = Counting(cfg, benchmark, items, demos if cfg.pipeline == "medr2" else [], share_base, per_label_menus)
     counting.unit, counting.assumptions["unit_tokens"] = unit_size(cfg.index, cfg.unit, cfg.target_tokenizer)
     prepass(counting)
     return counting
@@ -138,11 +140,21 @@ def grouped(lines: list[Line], throughputs: dict) -> dict:
 def estimate(runs: list[Run], throughputs: dict | None = None) -> tuple[list[dict], dict]:
     """Per run its cost (lines, sums, assumptions) and the sweep's total, where work that runs share through the
     stage cache (same ``share`` key) is counted once."""
+    from ..errors import DataError
+
     throughputs = throughputs or {}
-    per_run, seen, total_lines, shared = [], set(), [], 0
+    per_run, seen, total_lines, shared, unavailable, sizes = [], set(), [], 0, [], {"measured": {}, "assumed": {}}
     for run in runs:
-        lines, assumptions = run_lines(run)
-        per_run.append({**grouped(lines, throughputs), "assumptions": assumptions,
+        try:
+            lines, assumptions = run_lines(run)
+        except DataError as exc:  # a benchmark whose files are not here: the plan stays, this cell has no estimate
+            per_run.append(None)
+            unavailable.append({"run": run.name, "reason": str(exc)})
+            continue
+        measured = size_sources(assumptions)
+        for kind in sizes:
+            sizes[kind].update(measured[kind])
+        per_run.append({**grouped(lines, throughputs), "assumptions": assumptions, "sizes": measured,
                         "lines": [line.to_json() for line in lines]})
         for line in lines:
             if line.share is not None and line.share in seen:
@@ -151,5 +163,26 @@ def estimate(runs: list[Run], throughputs: dict | None = None) -> tuple[list[dic
             seen.add(line.share)
             total_lines.append(line)
     check_throughput_keys(throughputs, total_lines)
-    total = {"runs": len(runs), **grouped(total_lines, throughputs), "lines_shared_with_an_earlier_run": shared}
+    total = {"runs": len(runs), **grouped(total_lines, throughputs), "lines_shared_with_an_earlier_run": shared,
+             "sizes": sizes}
+    if unavailable:
+        total["runs_without_estimate"] = unavailable
     return per_run, total
+
+
+def size_sources(assumptions: dict) -> dict[str, dict[str, str]]:
+    """Which sizes behind a run's estimate were measured here (a built index's passages, searches of its questions,
+    the model's own tokenizer) and which were assumed (a recipe's planning figure, a no-overlap ceiling, a stand-in
+    tokenizer): ``{"measured": {what: source}, "assumed": {what: source}}``."""
+    out: dict[str, dict[str, str]] = {"measured": {}, "assumed": {}}
+    for key in ("unit_tokens", "candidates", "target_tokens"):
+        if key not in assumptions:
+            continue
+        value = assumptions[key]
+        source = value[1] if isinstance(value, (list, tuple)) else str(value)
+        if key == "target_tokens":
+            assumed = "counted with" in source  # a stand-in's tokenizer
+        else:  # a built index's passages or manifest, searches of the questions: measured; a recipe's figures: not
+            assumed = not ("measured" in source or "manifest" in source)
+        out["assumed" if assumed else "measured"][key] = source
+    return out
