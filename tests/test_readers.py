@@ -98,26 +98,27 @@ def test_medrags_prompt_is_a_system_instruction_and_a_user_turn_with_titled_docu
     from medr2_hooks import data
     from medr2_hooks.apply.prompts import MEDRAG_SYSTEM
     from medr2_hooks.lmeval import medrag
+    from medr2_hooks.lmeval.direct import answer_fields
 
     record = data.pools("mirage_medqa").eval[0]
     provenance = {"evidence_texts": ["Clopidogrel blocks P2Y12.", "Aspirin blocks COX."],
                   "evidence": [{"title": "Antiplatelets"}, {"title": "NSAIDs"}]}
     doc = {**record.to_doc(), "benchmark": "mirage_medqa", "prefix": "", "provenance": json.dumps(provenance),
-           **medrag.fields("medrag", None)}
+           **answer_fields("medrag", None)}
     user = medrag.doc_to_text(doc)
     assert doc["system"] == MEDRAG_SYSTEM and MEDRAG_SYSTEM not in user
     assert "Document [0] (Title: Antiplatelets) Clopidogrel blocks P2Y12.\nDocument [1] (Title: NSAIDs)" in user
     assert "\nA. " in user and user.rstrip().endswith("write your output as JSON:")
-    cot = medrag.doc_to_text({**record.to_doc(), "benchmark": "mirage_medqa", **medrag.fields("medrag_cot", None)})
+    cot = medrag.doc_to_text({**record.to_doc(), "benchmark": "mirage_medqa", **answer_fields("medrag_cot", None)})
     assert "Document [" not in cot and "Here is the question:" in cot
     # a user's own MedRAG template text, by file
     template = tmp_path / "medrag.json"
     template.write_text(json.dumps({"system": "SYS", "user": "DOCS:\n{documents}Q: {question}\n{options}JSON:"}))
-    own = {**doc, **medrag.fields("medrag", str(template))}
+    own = {**doc, **answer_fields("medrag", str(template))}
     assert own["system"] == "SYS" and medrag.doc_to_text(own).startswith("DOCS:\nDocument [0] (Title: Antiplatelets)")
     template.write_text(json.dumps({"system": "SYS", "user": "no placeholders"}))
     with pytest.raises(Exception, match="no \\{documents\\} placeholder"):
-        medrag.fields("medrag", str(template))
+        answer_fields("medrag", str(template))
 
 
 def test_the_medrag_cot_task_is_mirages_cot_row():

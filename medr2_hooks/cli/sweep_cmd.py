@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.wandb_sweep}: {len(runs)} runs")
         return 0
     if args.dry_run:
-        from ..experiments.cost import estimate, parse_throughputs
+        from ..experiments.cost import estimate
+        from ..experiments.throughput import parse_throughputs
 
         throughputs = {**parse_throughputs(exp.throughput), **parse_throughputs(args.throughput)}
         costs, total = estimate(runs, throughputs)

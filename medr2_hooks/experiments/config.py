@@ -117,7 +117,7 @@ class Experiment:
                                  "windows" if bad else "cells_from names the experiment itself")
         self._check_finetune()
         self._check_judge()
-        from .cost import parse_throughputs
+        from .throughput import parse_throughputs
 
         parse_throughputs(self.throughput)
 

@@ -70,10 +70,30 @@ def metrics(items: list[str], graded: list[int]) -> dict[str, float]:
 
 
 def process_results(doc: dict, results: list) -> dict[str, float]:
-    from .judge import Judged, judged_metrics
-
     got = results[0]
     if isinstance(got, Judged):  # the judge filter's: nothing when the run names no judge
         return {} if got.graded is None else judged_metrics(got.graded)
     items = parse_list(got)
     return metrics(items, grades(doc, items))
+
+
+def judged_metrics(graded: dict) -> dict[str, float]:
+    m = metrics(graded["items"], graded["grades"])
+    return {k: m[k] for k in ("top1", "top5", "top1_lenient", "top5_lenient")} | {
+        "judge_unparseable": float(not graded["complete"])}
+
+
+class Judged(str):
+    """What the judge filter hands on for one doc: its grading as JSON text (what lm-eval logs as the filtered
+    response: its sample logs take strings only), carrying the grading itself (what ``process_results`` reads);
+    ``graded`` is None when the run names no judge."""
+
+    graded: dict | None
+
+    def __new__(cls, graded: dict | None) -> Judged:
+        obj = super().__new__(cls, json.dumps(graded, ensure_ascii=False))
+        obj.graded = graded
+        return obj
+
+    def __reduce__(self):  # pickled across ranks (lm-eval gathers samples): rebuilt from the grading
+        return Judged, (self.graded,)

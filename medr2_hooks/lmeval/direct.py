@@ -23,9 +23,7 @@ def load_dataset(benchmark: str, source: str = "local", data_dir: str | None = N
     rows carry the run's ``judge``, :func:`medr2_hooks.lmeval.judge.check_judge`)."""
     import datasets
 
-    from .medrag import fields
-
-    extra = {**judge_field(benchmark, judge), **fields(method, medrag_template)}
+    extra = {**judge_field(benchmark, judge), **answer_fields(method, medrag_template)}
 
     pools = data.pools(benchmark, source=source, data_dir=data_dir, cases_file=cases_file)
     evaluated = select(pools.eval, subject, split)
@@ -49,6 +47,30 @@ def judge_field(benchmark: str, judge) -> dict:
     if field:
         preflight(judge)  # before the target generates: a judge that cannot answer fails the run now
     return {"judge": field} if data.benchmark(benchmark).style == "diagnosis" else {}
+
+
+MEDRAG_FIELDS = ("documents", "question", "options")  # what a user's MedRAG template places
+
+
+def answer_fields(method: str | None, template_file: str | None) -> dict:
+    """The doc fields a MedRAG-format task's rows carry (``system``, ``user_template``); ``{}`` for other methods (a
+    run's --metadata reaches all its tasks: the template applies to its MedRAG-format ones)."""
+    from .. import methods
+    from ..config import ConfigError
+
+    if method is None or methods.method(method).answer != "medrag":
+        return {}
+    if not template_file:
+        return {"system": prompts.MEDRAG_SYSTEM, "user_template": ""}
+    from ..fs import read_json
+
+    given = read_json(template_file, "MedRAG template")
+    if not isinstance(given, dict) or not all(isinstance(given.get(k), str) for k in ("system", "user")):
+        raise ConfigError(f"{template_file}: a MedRAG template is a JSON object with string fields system and user")
+    for name in MEDRAG_FIELDS:
+        if "{" + name + "}" not in given["user"]:
+            raise ConfigError(f"{template_file}: field user has no {{{name}}} placeholder ({', '.join(MEDRAG_FIELDS)})")
+    return {"system": given["system"], "user_template": given["user"]}
 
 
 def doc_to_text(doc: dict) -> str:

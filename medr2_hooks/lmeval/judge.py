@@ -32,7 +32,7 @@ from ..config import ConfigError
 from ..errors import DataError
 from ..fs import write_json
 from ..redact import has_credentials, public_url
-from .diagnosis import N_DIAGNOSES, metrics, parse_list
+from .diagnosis import N_DIAGNOSES, Judged, judged_metrics, parse_list
 
 log = logging.getLogger(__name__)
 MAX_REPLY_TOKENS = 48 * N_DIAGNOSES  # one "k. <name>: score X;" line per diagnosis
@@ -156,28 +156,6 @@ class Judge:
             out.append({"items": list(case.items), "grades": grades, "complete": complete, "reply": reply,
                         "judge": self.backend.model_id})
         return out
-
-
-def judged_metrics(graded: dict) -> dict[str, float]:
-    m = metrics(graded["items"], graded["grades"])
-    return {k: m[k] for k in ("top1", "top5", "top1_lenient", "top5_lenient")} | {
-        "judge_unparseable": float(not graded["complete"])}
-
-
-class Judged(str):
-    """What the judge filter hands on for one doc: its grading as JSON text (what lm-eval logs as the filtered
-    response: its sample logs take strings only), carrying the grading itself (what ``process_results`` reads);
-    ``graded`` is None when the run names no judge."""
-
-    graded: dict | None
-
-    def __new__(cls, graded: dict | None) -> Judged:
-        obj = super().__new__(cls, json.dumps(graded, ensure_ascii=False))
-        obj.graded = graded
-        return obj
-
-    def __reduce__(self):  # pickled across ranks (lm-eval gathers samples): rebuilt from the grading
-        return Judged, (self.graded,)
 
 
 def filter_grades(resps, docs) -> list[Judged]:

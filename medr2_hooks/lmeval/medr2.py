@@ -25,15 +25,14 @@ from ..data.record import Record
 from ..errors import Medr2Error
 from ..prepass.packs import packs_for
 from ..prepass.spec import prepass_spec
-from . import medrag
-from .direct import judge_field
+from .direct import answer_fields, judge_field
 
 
 def load_dataset(**kwargs):
     import datasets
 
     judge = kwargs.pop("judge", None)
-    answer_format = medrag.fields(kwargs.get("method"), kwargs.pop("medrag_template", None))
+    answer_format = answer_fields(kwargs.get("method"), kwargs.pop("medrag_template", None))
     spec = prepass_spec(**kwargs)
     extra = {**judge_field(spec.benchmark, judge), **answer_format}
     packs = packs_for(spec)

@@ -7,7 +7,8 @@ system turn under ``--apply_chat_template`` and before the prompt otherwise. The
 (:data:`~medr2_hooks.apply.prompts.MEDRAG_SYSTEM`, :func:`~medr2_hooks.apply.prompts.medrag_prompt`); a user who
 holds MedRAG's own template text gives it by file: ``--metadata '{"medrag_template": "medrag.json"}'``, a JSON object
 ``{"system": "...", "user": "...{documents}...{question}...{options}..."}`` (``{documents}``: the ``Document [i]
-(Title: …) …`` lines; ``{options}``: ``A. …`` lines).
+(Title: …) …`` lines; ``{options}``: ``A. …`` lines); the rows carry it
+(:func:`~medr2_hooks.lmeval.direct.answer_fields`).
 """
 
 from __future__ import annotations
@@ -15,40 +16,14 @@ from __future__ import annotations
 import json
 
 from ..apply import prompts
-from ..config import ConfigError
 from ..data.record import Record
-
-FIELDS = ("documents", "question", "options")
-
-
-def fields(method: str | None, template_file: str | None) -> dict:
-    """The doc fields a MedRAG-format task's rows carry (``system``, ``user_template``); ``{}`` for other methods."""
-    from .. import methods
-
-    if method is None or methods.method(method).answer != "medrag":
-        if template_file:
-            raise ConfigError(f"metadata medrag_template: method {method!r} does not answer in MedRAG's format")
-        return {}
-    if not template_file:
-        return {"system": prompts.MEDRAG_SYSTEM, "user_template": ""}
-    from ..fs import read_json
-
-    given = read_json(template_file, "MedRAG template")
-    if not isinstance(given, dict) or not all(isinstance(given.get(k), str) for k in ("system", "user")):
-        raise ConfigError(f"{template_file}: a MedRAG template is a JSON object with string fields system and user")
-    for name in FIELDS:
-        if "{" + name + "}" not in given["user"]:
-            raise ConfigError(f"{template_file}: field user has no {{{name}}} placeholder ({', '.join(FIELDS)})")
-    return {"system": given["system"], "user_template": given["user"]}
-
+from .medr2 import _prefix
 
 def doc_to_text(doc: dict) -> str:
     """The user turn: the pack's snippets (titles kept, numbered from 0, as packed within the window; none for
     ``medrag_cot``), the question and its options."""
     documents: list[tuple[str | None, str]] = []
     if doc.get("provenance"):
-        from .medr2 import _prefix
-
         _prefix(doc)  # a row past the prepared limit is an error, never a prompt without its documents
         provenance = json.loads(doc["provenance"])
         texts = provenance.get("evidence_texts") or []
