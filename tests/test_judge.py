@@ -95,7 +95,8 @@ def test_report_headlines_the_judge_and_keeps_the_lower_bound():
 def test_a_rarearena_run_judged_by_a_served_stand_in(tmp_path, monkeypatch):
     """lm-eval runs the task with a judge served by `medr2 serve` (SmolLM2-135M-Instruct, through chat
     completions as GPT-4o would be): both filters report, every case is asked once, each grade is the one its
-    recorded reply gives, run.json names the judge; `medr2 judge` on the finished run re-grades from the cache."""
+    recorded reply gives, run.json names the judge; `medr2 judge` on the finished run re-grades from the cache and
+    asks again only the cases whose reply could not be read (those were never cached)."""
     from medr2_hooks.lmeval.diagnosis import parse_list
     from medr2_hooks.lmeval.judge import Judge, judge_run, logged_grading, parse_grades
     from medr2_hooks.lmeval.runner import EvalConfig, run_eval
@@ -134,7 +135,9 @@ def test_a_rarearena_run_judged_by_a_served_stand_in(tmp_path, monkeypatch):
 
         judge = Judge.from_spec(spec)
         again = judge_run(run_dir, judge)
-        assert judge.backend.usage.calls == 0  # every reply from the stage cache: nothing asked twice
+        # a graded reply comes from the stage cache; an empty or unparseable one was not cached and is asked again
+        retried = sum(bool(g["items"]) and not g["complete"] for g in gradings)
+        assert judge.backend.usage.prompts == retried
         assert again["tasks"]["rarearena_rds_direct"]["n"] == 3
         for key in ("top1", "top5", "judge_unparseable"):
             assert again["tasks"]["rarearena_rds_direct"][key] == pytest.approx(metrics[f"{key},judge"])
