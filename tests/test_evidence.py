@@ -185,7 +185,8 @@ def test_medrag_reads_its_32_fused_snippets_when_the_window_holds_them():
 
     spec = build_spec("mirage_medqa", method="medrag", scoring="generative", limit=1,
                       method_override={"window": 32768})
-    packs, _ = prepare(MedR2(spec.cfg), "mirage_medqa", [r.public() for r in spec.eval_records], [], "generative")
+    packs, _ = prepare(MedR2(spec.cfg), "mirage_medqa", [r.public() for r in spec.eval_records], [], "generative",
+                       answer="medrag")
     assert packs[0]["effective_k"] == len(packs[0]["evidence_texts"]) == 32
 
 

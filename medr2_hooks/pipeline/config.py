@@ -14,11 +14,11 @@ from dataclasses import asdict, dataclass, field
 from ..config import from_dict, in_range
 from ..fs import safe_component
 from ..rerank.fine import ConflictConfig
+from .declare import MODULES as PIPELINES
 
 EMBEDDED_LLM = {"backend": "hf", "model": "embedded:gemma-270m", "batch_size": 8}
 ROLES = ("classifier", "reformulator", "cot", "doc_typer", "leveler", "reference", "proxy", "relevance", "conflict",
          "augmenter", "usefulness")
-PIPELINES = ("medr2", "llm_amt")
 
 
 @dataclass(frozen=True)
@@ -123,18 +123,11 @@ class MethodConfig:
         return dict(self.roles.get(name) or self.llm)
 
     def roles_used(self) -> tuple[str, ...]:
-        """The roles this method's stages call (the others' specs are never loaded)."""
-        if self.pipeline == "llm_amt":
-            used = {"augmenter", "relevance", "usefulness", "cot"}
-        else:
-            used = {"classifier"} if self.classify else set()
-            if self.reformulate:
-                used.add("reformulator")
-            if self.rerank:
-                used |= {"reference", "proxy", "leveler", "doc_typer", "conflict"}
-                used |= {"relevance"} if self.coarse == "llm" else set()
-            if self.cot:
-                used |= {"cot", "reference"}
+        """The roles this method's stages call (the others' specs are never loaded): read off the pipeline's
+        declared stages (:mod:`medr2_hooks.pipeline.declare`)."""
+        from .declare import pipeline
+
+        used = pipeline(self.pipeline).roles(self)
         return tuple(r for r in ROLES if r in used)
 
     def to_json(self) -> dict:

@@ -22,6 +22,7 @@ from ..data.record import Demo, Question
 from ..llm.backend import Backend
 from ..llm.closed_set import label_distribution
 from ..reformulate import usable
+from .declare import Stage, register
 from .evidence import evidence_record, pack_prompts, select_evidence, shots_summary
 from .medr2 import GENERATION_VERSION, MedR2
 from .stage_runs import StageRuns, own_article_summary
@@ -101,10 +102,30 @@ def refine(m: MedR2, questions: list[str], queries: list[str], candidates: list[
     return kept
 
 
+STAGES = (
+    Stage("amt_rewrite", "augment", ("augmenter",), "question stem", "rewrite in precise medical terms"),
+    Stage("amt_expand", "augment", ("augmenter",), "question stem, rewrite", "expansion; the retrieval query"),
+    Stage("retrieve", "retrieve", (), "augmented query", "fused candidates"),
+    Stage("own_rank", None, (), "question stem, own PubMed id", "rank the excluded own abstract would have had"),
+    Stage("coarse", "rerank", (), "rerank query, candidates", "cross-encoder score per candidate; top coarse_k",
+          lambda c: c.rerank and c.coarse == "cross_encoder"),
+    Stage("coarse", "rerank", ("relevance",), "rerank query, candidates", "relevance per candidate; top coarse_k",
+          lambda c: c.rerank and c.coarse == "llm"),
+    # the LLM relevance judge: the hybrid rerank when coarse is llm, and always the relevance filter (same cache)
+    Stage("coarse", "refine", ("relevance",), "rerank query, documents", "P(yes) relevant; the relevance filter"),
+    Stage("amt_useful", "refine", ("usefulness",), "question stem, relevant documents", "P(yes) useful; the filter"),
+    Stage("cot", "cot", ("cot",), "question, options, kept knowledge", "the reader's CoT"),
+    Stage("pack", "apply", (), "kept knowledge, reasoning", "prompt prefix within the window"),
+)
+
+
+@register("llm_amt", STAGES)
 def prepare(m: MedR2, benchmark: str, questions: list[Question], demos: list[Demo],
-            scoring: str = "letters") -> tuple[list[dict], dict]:
+            scoring: str = "letters", answer: str = "default") -> tuple[list[dict], dict]:
     """Evidence packs for ``questions``: kept knowledge as the prefix and the reader's CoT as ``reasoning``.
     LLM-AMT's reader is zero-shot, so the demonstration pool is not used (and ``scoring`` renders nothing)."""
+    if answer != "default":
+        raise ValueError(f"LLM-AMT's reader answers in the benchmark's own format, not {answer!r}")
     started = time.perf_counter()
     cfg = m.cfg
     runs = StageRuns(m.searcher.retrievers)

@@ -28,6 +28,7 @@ from ..llm.closed_set import LABEL_SCORING_VERSION, label_distribution
 from ..llm.openai_backend import EndpointError
 from ..rerank import fine
 from .config import ROLES, MethodConfig
+from .declare import pipeline
 from .identity import RoleIds
 from .shapes import STAGE_SHAPES
 
@@ -47,10 +48,12 @@ class MedR2:
         # live: a served role's identity holds what its server reports (root, max_model_len), so a server restarted
         # with other settings (YaRN, another context) never reuses generations made under the old ones
         self.ids = RoleIds(cfg.role, ROLES)
+        self.declared = pipeline(cfg.pipeline)  # the stages cfg's pipeline declares: only those may run
 
     # -- plumbing --------------------------------------------------------------------------------------------
     @contextmanager
     def stage(self, name: str):
+        self.declared.check_runs(self.cfg, name)
         t = time.perf_counter()
         try:
             yield

@@ -8,9 +8,10 @@ import time
 
 import numpy as np
 
-from .. import loop, methods
+from .. import loop
 from ..data.record import Demo, Question
 from ..reformulate import iteration_query
+from .declare import Stage, register
 from .evidence import evidence_record, pack_prompts, render_demo, select_evidence, shots_summary
 from .medr2 import MedR2
 from .stage_runs import StageRuns, own_article_summary
@@ -45,9 +46,11 @@ def iterate(m: MedR2, questions: list[Question], runs: StageRuns | None = None) 
             cots = [{"cot": None, "answer": None} for _ in active]
         for j, i in enumerate(active):
             st = state[i]
-            with m.stage("stability"):
-                emb = m.searcher.embeddings([h["passage"] for h in coarse[j]]) if "dense" in m.searcher.manifest else []
-            cen = loop.centroid(np.asarray(emb)) if len(emb) else None
+            cen = None
+            if cfg.cot and "dense" in m.searcher.manifest:  # μ_t: only Alg. 2's loop reads it
+                with m.stage("stability"):
+                    emb = m.searcher.embeddings([h["passage"] for h in coarse[j]])
+                cen = loop.centroid(np.asarray(emb)) if len(emb) else None
             mu = loop.stability(cen, st["prev_centroid"])
             acc = None
             if cfg.cot and cots[j]["answer"] and refs[i] is not None and refs[i]["label"]:
@@ -86,16 +89,51 @@ def demonstrations(m: MedR2, benchmark: str, demos: list[Demo], states: list[dic
             for d, ev, r in zip(demos, evidence, rationales) if r["agrees"]]
 
 
+def _rerank(c) -> bool:
+    return c.rerank
+
+
+def _cot(c) -> bool:
+    return c.cot
+
+
+STAGES = (
+    Stage("classify", "classify", ("classifier",), "question stem", "EBM category, question type",
+          lambda c: c.classify),
+    Stage("reformulate", "reformulate", ("reformulator",), "question stem, EBM category", "q_EBM",
+          lambda c: c.reformulate),
+    Stage("reference", None, ("reference",), "question, options", "reference answer (f_u's target, Alg. 2's Acc)",
+          lambda c: c.rerank or c.cot),
+    Stage("retrieve", "retrieve", (), "iteration query", "fused candidates"),
+    Stage("own_rank", None, (), "question stem, own PubMed id", "rank the excluded own abstract would have had"),
+    Stage("coarse", "rerank", ("relevance",), "rerank query, candidates", "relevance per candidate; top coarse_k",
+          lambda c: c.rerank and c.coarse == "llm"),
+    Stage("coarse", "rerank", (), "rerank query, candidates", "cross-encoder score per candidate; top coarse_k",
+          lambda c: c.rerank and c.coarse == "cross_encoder"),
+    Stage("evidence_level", "rerank", ("leveler",), "coarse documents", "evidence level (f_h)", _rerank),
+    Stage("doc_type", "rerank", ("doc_typer",), "coarse documents", "document type (f_g)", _rerank),
+    Stage("usefulness", "rerank", ("proxy",), "question, reference answer, coarse documents",
+          "answer loss without and with each document (f_u)", _rerank),
+    Stage("conflict", "rerank", ("conflict",), "pairs of top documents", "conflicting pairs", _rerank),
+    Stage("cot", "cot", ("cot",), "question, options, selected evidence", "CoT and its answer", _cot),
+    Stage("stability", "loop", (), "coarse documents", "centroid shift μ_t", _cot),
+    Stage("demo_cot", "cot", ("cot",), "demonstration, its evidence and gold answer", "rationale", _cot, demos=True),
+    Stage("pack", "apply", (), "evidence, demonstrations, reasoning", "prompt prefix within the window"),
+)
+
+
+@register("medr2", STAGES)
 def prepare(m: MedR2, benchmark: str, questions: list[Question], demos: list[Demo],
-            scoring: str = "letters") -> tuple[list[dict], dict]:
+            scoring: str = "letters", answer: str = "default") -> tuple[list[dict], dict]:
     """Evidence packs for ``questions`` (prompt prefix + provenance) and the run record; the demonstrations are
-    rendered for ``scoring`` (letters: ``Answer: X``; generative: reasoning, then ``the answer is (X)``)."""
+    rendered for ``scoring`` (letters: ``Answer: X``; generative: reasoning, then ``the answer is (X)``). ``answer``
+    is the method's answer format (``medrag``: MedRAG's prompt numbers the documents itself)."""
     started = time.perf_counter()
     runs = StageRuns(m.searcher.retrievers)
     states = iterate(m, questions + [d.question for d in demos], runs)
     q_states, d_states = states[: len(questions)], states[len(questions):]
     demo_texts = demonstrations(m, benchmark, demos, d_states, scoring)
-    medrag = m.cfg.method in methods.METHODS and methods.METHODS[m.cfg.method].answer == "medrag"
+    medrag = answer == "medrag"
     packs = []
     with m.stage("pack"):
         reasoning = [s["cot"] if m.cfg.answer_with_cot else None for s in q_states]

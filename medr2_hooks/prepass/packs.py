@@ -13,6 +13,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from .. import methods
 from ..data.record import Record
 from ..fs import write_json
 from .spec import PrepassSpec
@@ -149,19 +150,15 @@ def kernel_threads(n: int):
         faiss.omp_set_num_threads(before[1])
 
 
-PREPARE = {"medr2": "medr2_hooks.pipeline.run:prepare", "llm_amt": "medr2_hooks.pipeline.llm_amt:prepare"}
-
-
 def prepare_records(pipeline, benchmark: str, eval_records: list[Record], demos: list[Record],
                     scoring: str = "letters"):
     """The pre-pass over records: stages get :meth:`Record.public` questions only (with the PubMed id retrieval
     must exclude); the demonstrations' own answers go to the rendered demonstrations (in the form ``scoring`` asks
     the target for), and evaluation answers go nowhere but lm-eval's scorer."""
-    from importlib import import_module
-
-    module, func = PREPARE[pipeline.cfg.pipeline].split(":")
-    prepare = getattr(import_module(module), func)
-    return prepare(pipeline, benchmark, [r.public() for r in eval_records], [d.demo() for d in demos], scoring=scoring)
+    cfg = pipeline.cfg
+    answer = methods.METHODS[cfg.method].answer if cfg.method in methods.METHODS else "default"
+    return pipeline.declared.prepare(pipeline, benchmark, [r.public() for r in eval_records],
+                                     [d.demo() for d in demos], scoring=scoring, answer=answer)
 
 
 def _write_record(record: dict, path: Path) -> None:
