@@ -6,8 +6,6 @@ PY     := $(VENV)/bin/python
 MEDR2  := $(VENV)/bin/medr2
 LIMIT  ?= 20
 RAG_LIMIT ?= 5
-# Med-R² on 2 CPU cores: the paper's loop with fewer iterations and candidates (the embedded twin)
-CPU_TWIN ?= {"method_override": {"iterations": 2, "retrieve_k": 3, "coarse_k": 3, "conflict": {"top": 2}, "max_demos": 2, "cot_max_new_tokens": 32, "reformulate_max_new_tokens": 24, "max_doc_tokens": 128}}
 export HF_HUB_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM ?= false
@@ -41,7 +39,7 @@ demo: install
 	$(MEDR2) index search textbooks_demo "Philadelphia chromosome translocation in chronic myeloid leukemia" -k 3
 	$(MEDR2) eval --tasks medqa_usmle_direct,pubmedqa_direct --limit $(LIMIT) --run_name demo-direct
 	$(MEDR2) eval --tasks medqa_usmle_medr2,medqa_usmle_vanilla_rag --limit $(RAG_LIMIT) --run_name demo-rag \
-	  --metadata '$(CPU_TWIN)'
+	  --setting cpu_twin  # Med-R² on 2 CPU cores: the paper's loop, fewer iterations and candidates
 
 test: install
 	$(VENV)/bin/pytest

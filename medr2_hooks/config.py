@@ -129,6 +129,15 @@ def _dataclass_in(hint) -> type | None:
     return None
 
 
+def merge(base: dict, override: dict) -> dict:
+    """``override`` over ``base``, key by key into nested mappings (a method's ``conflict`` or ``roles`` block is
+    merged, not replaced): the one merge rule of method settings."""
+    out = dict(base)
+    for k, v in override.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
 def load_yaml(path: str | Path, aliases: bool = True) -> dict:
     """A YAML mapping from ``path`` (safe loading). ``aliases=False`` refuses anchors and aliases (``*name``): a
     user's declaration has no use for them, and nested aliases expand exponentially."""
@@ -185,6 +194,41 @@ def parse_json_object(text: str, flag: str) -> dict:
     return value
 
 
-def key_values(text: str | None) -> dict[str, str]:
-    """lm-eval's ``key=value,key=value`` strings (``--model_args``, ``--gen_kwargs``) as a mapping of strings."""
-    return dict(kv.split("=", 1) for kv in (text or "").split(",") if "=" in kv)
+def split_top_level(text: str) -> list[str]:
+    """Split on commas outside brackets and quotes (a JSON value may hold commas)."""
+    parts, depth, quote, start = [], 0, None, 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p for p in parts if p.strip()]
+
+
+def key_values(text: str | None, flag: str = "key=value string") -> dict[str, str]:
+    """lm-eval's ``key=value,key=value`` strings (``--model_args``, ``--gen_kwargs``) as a mapping of strings: the one
+    parser of them here. As lm-eval splits them, except that a value in brackets or quotes is kept whole
+    (vLLM's ``hf_overrides={"rope_scaling": {...}}``, which a plain comma split would cut apart); a part without
+    ``=`` is an error naming ``flag``."""
+    out = {}
+    for pair in split_top_level(text or ""):
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ConfigError(f"{flag}: expected key=value, found {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def target_model(model: str, model_args: str | None) -> str:
+    """The model a run evaluates: ``pretrained=`` of its model_args (hf, vLLM), a served target's ``model=`` (the
+    model its server was started with), else the model name itself. The one place that names the target."""
+    args = key_values(model_args, "--model_args")
+    return args.get("pretrained") or args.get("model") or model

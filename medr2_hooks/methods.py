@@ -42,17 +42,14 @@ class Method:
         return {"method": self.name, **dict(self.settings or {})}
 
     def stages(self) -> tuple[str, ...]:
-        """The pipeline stages the method runs, in EBM order."""
+        """The EBM steps the method runs, in pipeline order: read off its pipeline's declaration
+        (:mod:`medr2_hooks.pipeline.declare`) under the method's settings."""
         if not self.retrieval:
             return ()
-        from .pipeline.config import MethodConfig
+        from .pipeline.declare import pipeline
 
-        cfg = MethodConfig.from_dict(self.variant(), f"method {self.name}")
-        if cfg.pipeline == "llm_amt":
-            return ("augment", "retrieve", "rerank", "refine", "cot", "apply")
-        steps = [("classify", cfg.classify), ("reformulate", cfg.reformulate), ("retrieve", True),
-                 ("rerank", cfg.rerank), ("cot", cfg.cot), ("loop", cfg.cot), ("apply", True)]
-        return tuple(name for name, on in steps if on)
+        cfg = resolve(self.name)
+        return pipeline(cfg.pipeline).steps(cfg)
 
 
 def _m(name: str, title: str, settings: dict | None, paper: str, task_method: str | None = None,
@@ -112,6 +109,22 @@ def method(name: str) -> Method:
     if name not in METHODS:
         raise UnknownNameError("method", name, list(METHODS))
     return METHODS[name]
+
+
+def resolve(name: str, override: dict | None = None, where: str | None = None):
+    """The :class:`~medr2_hooks.pipeline.config.MethodConfig` a retrieval method runs with: its registry entry over
+    the defaults, then ``override`` merged key by key (:func:`medr2_hooks.config.merge`). The one resolution the
+    pre-pass, the experiment expansion and the cost estimate share."""
+    from .config import merge
+    from .pipeline.config import MethodConfig
+
+    named = method(name)
+    if not named.retrieval:
+        from .config import ConfigError
+
+        raise ConfigError(f"method {name!r} has no retrieval settings (retrieval methods: "
+                          f"{', '.join(retrieval_methods())})")
+    return MethodConfig.from_dict(merge(named.variant(), override or {}), where or f"method {name}")
 
 
 def task_methods() -> list[str]:

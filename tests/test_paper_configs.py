@@ -30,7 +30,11 @@ def test_no_paper_run_judges_with_an_embedded_model(name):
 def test_a_gpu_target_with_embedded_roles_is_an_error_unless_allowed():
     target = ModelSpec(name="llama3.1-8b", model="vllm", model_args="pretrained=meta-llama/Llama-3.1-8B-Instruct")
     exp = Experiment(name="x", models=[target], methods=["medr2"], benchmarks=["medqa_usmle"])
-    with pytest.raises(ConfigError, match="would run the roles .* on embedded:gemma-270m"):
+    # the pre-pass's own rule, applied before launch: every embedded part is named
+    wanted = (r"experiment x: llama3.1-8b medr2: the target meta-llama/Llama-3.1-8B-Instruct is not an embedded model, "
+              r"but role classifier \(embedded:gemma-270m\).*the packing tokenizer.*allow_embedded_roles: true in the "
+              r"experiment")
+    with pytest.raises(ConfigError, match=wanted):
         expand(exp)
     allowed = Experiment(name="x", models=[target], methods=["medr2"], benchmarks=["medqa_usmle"],
                          allow_embedded_roles=True)

@@ -34,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log_samples", action=argparse.BooleanOptionalAction, default=True,
                         help="write per-sample logs (default: on)")
     parser.add_argument("--metadata", default="{}", help='JSON passed to the tasks, e.g. \'{"source": "hub"}\'')
+    parser.add_argument("--setting", help="a named setting of experiments/settings.yaml whose method_override goes "
+                                          "under --metadata's (cpu_twin: the CPU twin's loop sizes)")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--run_name", help="name of the run folder and W&B run")
     parser.add_argument("--wandb_project", default="medr2")
@@ -44,7 +46,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import parse_json_object
     from ..lmeval.runner import EvalConfig, run_eval
 
     cfg = EvalConfig(
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         log_samples=args.log_samples,
         output_path=args.output_path,
         seed=args.seed,
-        metadata=parse_json_object(args.metadata, "--metadata"),
+        metadata=metadata_of(args),
         wandb=not args.no_wandb,
         wandb_project=args.wandb_project,
         wandb_group=args.wandb_group,
@@ -69,3 +70,15 @@ def run(args: argparse.Namespace) -> int:
     )
     run_eval(cfg)
     return 0
+
+
+def metadata_of(args: argparse.Namespace) -> dict:
+    """``--metadata`` with ``--setting``'s method_override under it (``medr2 eval`` and ``medr2 prepare``)."""
+    from ..config import parse_json_object
+
+    metadata = parse_json_object(args.metadata, "--metadata")
+    if not args.setting:
+        return metadata
+    from ..experiments.config import setting_metadata
+
+    return setting_metadata(args.setting, metadata)

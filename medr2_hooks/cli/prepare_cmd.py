@@ -23,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", required=True, help="comma-separated retrieval tasks or groups (medr2 tasks)")
     parser.add_argument("--limit", type=int, help="the first N evaluation items of each task (as lm-eval --limit N)")
     parser.add_argument("--metadata", default="{}", help="the same --metadata JSON the evaluation will get")
+    parser.add_argument("--setting", help="the same --setting the evaluation will get (experiments/settings.yaml)")
     parser.add_argument("--shard", help="i/n: prepare items i, i+n, ... only (0 <= i < n); assemble afterwards")
     parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
                         help="run one shard per worker on a Ray cluster (ADDRESS, or a local one), then assemble")
@@ -31,12 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import parse_json_object
+    from .eval_cmd import metadata_of
     from ..errors import Medr2Error
     from ..lmeval.registry import task_hook_kwargs
     from ..prepass.prepare import Shard, prepare_tasks, prepare_with_ray
 
-    metadata = parse_json_object(args.metadata, "--metadata")
+    metadata = metadata_of(args)
     if args.limit is not None:
         if args.limit < 1:
             raise Medr2Error(f"--limit must be >= 1, found {args.limit}")

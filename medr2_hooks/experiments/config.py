@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from .. import data, methods, settings
-from ..config import ConfigError, from_dict, in_range, load_yaml
-from ..fs import safe_component
+from ..config import ConfigError, from_dict, in_range, load_yaml, merge
+from ..fs import read_json, safe_component
 
 WINDOWS = (4096, 8192, 16384, 32768, 65536, 131072)
 LONG_WINDOW = 32768  # Qwen2.5's native context: YaRN only beyond it, so 4K-32K cells match the plain model
@@ -188,11 +188,8 @@ SETTINGS = settings.REPO_ROOT / "experiments" / "settings.yaml"
 SETTING_KEYS = ("method_override", "scoring", "apply_chat_template", "gen_kwargs", "candidate_ratio")
 
 
-def with_setting(raw: dict, where: str) -> dict:
-    """An experiment's fields over its named shared setting (method_override merged key by key)."""
-    name = raw.get("setting")
-    if name is None:
-        return raw
+def named_setting(name: str, where: str) -> dict:
+    """A shared setting of experiments/settings.yaml, its keys checked."""
     declared = load_yaml(SETTINGS).get("settings") or {}
     if name not in declared:
         raise ConfigError(f"{where}: setting {name!r} is not in {SETTINGS}; declared: {', '.join(declared)}")
@@ -200,9 +197,31 @@ def with_setting(raw: dict, where: str) -> dict:
     bad = sorted(set(base) - set(SETTING_KEYS))
     if bad:
         raise ConfigError(f"{SETTINGS}: setting {name}: unknown key {bad[0]!r}; valid keys: {', '.join(SETTING_KEYS)}")
+    return base
+
+
+def with_setting(raw: dict, where: str) -> dict:
+    """An experiment's fields over its named shared setting (method_override merged key by key)."""
+    name = raw.get("setting")
+    if name is None:
+        return raw
+    base = named_setting(name, where)
     out = {**base, **raw}
-    out["method_override"] = {**(base.get("method_override") or {}), **(raw.get("method_override") or {})}
+    out["method_override"] = merge(base.get("method_override") or {}, raw.get("method_override") or {})
     return out
+
+
+def setting_metadata(name: str, metadata: dict) -> dict:
+    """``--setting NAME`` of ``medr2 eval`` and ``medr2 prepare``: the setting's method_override under the run's own
+    ``--metadata`` (merged key by key). A setting that also fixes the scoring, the chat template, gen_kwargs or
+    per-window candidate sizing needs an experiment config (``medr2 sweep``), which applies them; here it is an
+    error rather than half of it applied."""
+    base = named_setting(name, "--setting")
+    rest = sorted(set(base) - {"method_override"})
+    if rest:
+        raise ConfigError(f"--setting {name}: the setting also sets {', '.join(rest)}, which one eval's --metadata "
+                          "cannot carry: name it in an experiment config (setting: " + name + ") and run medr2 sweep")
+    return merge({"method_override": base.get("method_override") or {}}, metadata)
 
 
 def load_experiment(name_or_path: str) -> Experiment:
@@ -213,9 +232,8 @@ def load_experiment(name_or_path: str) -> Experiment:
         path = settings.REPO_ROOT / "experiments" / f"{name_or_path}.yaml"
     recorded = settings.results_dir() / name_or_path / "experiment.json"
     if not path.is_file() and "/" not in name_or_path and recorded.is_file():  # a rehearsal, as its sweep recorded it
-        import json
 
-        return from_dict(Experiment, json.loads(recorded.read_text(encoding="utf-8")), str(recorded))
+        return from_dict(Experiment, read_json(recorded), str(recorded))
     if not path.is_file():
         known = sorted(p.stem for p in (settings.REPO_ROOT / "experiments").glob("*.yaml"))
         raise ConfigError(f"no experiment {name_or_path!r}: give a YAML path or one of: {', '.join(known)}")

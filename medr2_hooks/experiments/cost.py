@@ -12,7 +12,7 @@ from collections import defaultdict
 from functools import lru_cache
 
 from .. import data, methods
-from ..config import key_values
+from ..config import key_values, target_model
 from .cost_sizes import tokens_for, unit_size
 from .cost_stages import LM_EVAL_MAX_GEN_TOKS, Line, Counting, evaluation, prepass
 from .expand import Run
@@ -23,9 +23,8 @@ SUMS = ("requests", "prompt_tokens", "prompt_tokens_unique", "generated_tokens")
 
 def target_name(run: Run) -> str:
     """The target's tokenizer: ``tokenizer=``, ``pretrained=`` or a served ``model=`` of its model_args."""
-    args = key_values(run.model_args)
     named = run.lm_model if run.lm_model.startswith("embedded:") else run.model
-    return args.get("tokenizer") or args.get("pretrained") or args.get("model") or named
+    return key_values(run.model_args, "model_args").get("tokenizer") or target_model(named, run.model_args)
 
 
 def max_gen_toks(run: Run) -> int:
@@ -65,7 +64,22 @@ def count_prepass(cfg, benchmark: str, items: list, demos: list, share_base: dic
     counting = Counting(cfg, benchmark, items, demos if cfg.pipeline == "medr2" else [], share_base, per_label_menus)
     counting.unit, counting.assumptions["unit_tokens"] = unit_size(cfg.index, cfg.unit, cfg.target_tokenizer)
     prepass(counting)
+    uncounted(cfg, counting.lines, bool(counting.demos))
     return counting
+
+
+def uncounted(cfg, lines: list[Line], demos: bool) -> None:
+    """Every stage the pipeline declares active that calls a model must have lines: a stage added to the
+    declaration (:mod:`medr2_hooks.pipeline.declare`) without its counting is an error here, not a low estimate."""
+    from ..pipeline.declare import pipeline
+
+    counted = {line.stage for line in lines}
+    missing = [s.name for s in pipeline(cfg.pipeline).active(cfg)
+               if s.roles and s.name not in counted and (demos or not s.demos)]
+    if missing:
+        raise RuntimeError(f"the cost estimate does not count stage(s) {', '.join(sorted(set(missing)))} that "
+                           f"pipeline {cfg.pipeline!r} declares for method {cfg.method!r}: count them in "
+                           "medr2_hooks/experiments/cost_stages.py")
 
 
 @lru_cache(maxsize=64)

@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import data, methods
-from ..config import ConfigError, key_values
+from ..config import ConfigError, key_values, target_model
 from ..lmeval.runner import CONTINUATION_MODEL
-from ..pipeline.config import ROLES, MethodConfig
+from ..pipeline.config import ROLES
 from .budget import candidates, size_candidates
 from .config import LONG_WINDOW, Experiment, role_set
 
@@ -135,7 +135,7 @@ def _retrieval_override(exp: Experiment, spec, method: str, window: int) -> dict
         if "max_gen_toks" in given:
             override["answer_tokens"] = int(given["max_gen_toks"])
     if exp.candidate_ratio:
-        cfg = MethodConfig.from_dict({**methods.method(method).variant(), **override}, f"{exp.name} {method}")
+        cfg = methods.resolve(method, override, f"{exp.name} {method}")
         k = max(cfg.coarse_k, size_candidates(cfg.index, cfg.unit, cfg.window, cfg.evidence_share,
                                               exp.candidate_ratio))
         override.update(coarse_k=k, retrieve_k=max(cfg.retrieve_k, k))
@@ -147,13 +147,8 @@ def _without_pretrained(model_args: str) -> str:
 
 
 def pretrained_of(spec) -> str:
-    """The hub id or folder a model spec loads (``pretrained=`` of its model_args; a served target's ``model=``,
-    the model its server was started with; else its model)."""
-    for key in ("pretrained=", "model="):
-        found = [a.split("=", 1)[1] for a in spec.model_args.split(",") if a.startswith(key)]
-        if found:
-            return found[0]
-    return spec.model
+    """The hub id or folder a model spec loads (:func:`medr2_hooks.config.target_model` of its model and model_args)."""
+    return target_model(spec.model, spec.model_args)
 
 
 def finetune_checkpoint(exp: Experiment, spec, benchmark: str) -> dict:
@@ -191,15 +186,15 @@ def _check_trained_format(exp: Experiment, spec, name: str) -> None:
 def _resolved(exp: Experiment, spec, method: str, override: dict) -> dict:
     """What a retrieval run will use; an embedded role behind a non-embedded target is an error unless the
     experiment says ``allow_embedded_roles: true`` (a GPU sweep must not silently judge with a 270M model)."""
-    cfg = MethodConfig.from_dict({**methods.method(method).variant(), **override},
-                                 f"{exp.name} {spec.name} {method} method_override")
+    cfg = methods.resolve(method, override, f"{exp.name} {spec.name} {method} method_override")
+    from ..llm.embedded import is_embedded
+    from ..prepass.spec import check_roles
+
     roles = {role: cfg.role(role)["model"] for role in ROLES}
-    embedded_target = spec.model.startswith("embedded:") or "embedded:" in spec.model_args
-    embedded_roles = sorted(role for role, model in roles.items() if model.startswith("embedded:"))
-    if embedded_roles and not embedded_target and not exp.allow_embedded_roles:
-        raise ConfigError(f"experiment {exp.name}: target {spec.name} ({spec.model}) would run the roles "
-                          f"{', '.join(embedded_roles)} on {roles[embedded_roles[0]]}; give the model a role_set "
-                          "(experiments/roles.yaml) or set allow_embedded_roles: true")
+    # the pre-pass's own rule (a GPU sweep must not silently judge with a 270M model), applied before launch
+    check_roles(cfg, pretrained_of(spec), exp.allow_embedded_roles, f"experiment {exp.name}: {spec.name} {method}",
+                "allow_embedded_roles: true in the experiment (or give the model a role_set of experiments/roles.yaml)")
+    embedded_target = is_embedded(pretrained_of(spec))
     out = {"stages": list(methods.method(method).stages()), "roles": roles, "unit": cfg.unit,
            "coarse_k": cfg.coarse_k, "window": cfg.window, "retrievers": cfg.retrievers,
            "label_scoring": cfg.label_scoring, "index": cfg.index, "query": cfg.query,

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from .. import settings
 from ..cache import stable_hash
+from ..config import ConfigError, key_values, target_model
 from ..errors import Medr2Error
-from ..fs import replaced_folder, safe_component, write_json
+from ..fs import read_json, replaced_folder, safe_component, write_json
 from ..llm import embedded
 from ..redact import redact, redacted_argv
 from .registry import check_tasks
@@ -70,44 +71,21 @@ class EvalConfig:
     prepare: bool = True  # run the retrieval tasks' pre-pass in its own process before the target model loads
 
 
-def _split_top_level(text: str) -> list[str]:
-    """Split on commas outside brackets and quotes (a JSON value may hold commas)."""
-    parts, depth, quote, start = [], 0, None, 0
-    for i, ch in enumerate(text):
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return [p for p in parts if p.strip()]
-
-
 def parse_model_args(text: str) -> dict:
-    """``key=value,...`` as lm-eval reads it, except that a JSON object or list value is kept whole and decoded
-    (vLLM's ``hf_overrides={"rope_scaling": {...}}``, which lm-eval's comma split would cut apart)."""
+    """``key=value,...`` as lm-eval reads it (:func:`medr2_hooks.config.key_values`), each value typed by lm-eval's
+    own rule (``"true"``, ``"4"``, ``"0.9"``), except that a JSON object or list is decoded whole."""
     from lm_eval.utils import handle_arg_string
 
     out = {}
-    for pair in _split_top_level(text):
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise ValueError(f"--model_args: expected key=value, found {pair!r}")
-        value = value.strip()
+    for key, value in key_values(text, "--model_args").items():
         if value.startswith(("[", "{")):
             try:
                 value = json.loads(value)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"--model_args: {key.strip()}: invalid JSON {value!r}: {exc}") from None
+                raise ConfigError(f"--model_args: {key}: invalid JSON {value!r}: {exc}") from None
         else:
-            value = handle_arg_string(value)  # lm-eval's own typing of "true", "4", "0.9"
-        out[key.strip()] = value
+            value = handle_arg_string(value)
+        out[key] = value
     return out
 
 
@@ -144,7 +122,7 @@ def fine_tuned(pretrained: str) -> dict | None:
     from ..finetune.train import MANIFEST
 
     path = Path(pretrained) / MANIFEST if pretrained else None
-    return json.loads(path.read_text()) if path is not None and path.is_file() else None
+    return read_json(path) if path is not None and path.is_file() else None
 
 
 def default_run_name(tasks: list[str], model: str) -> str:
@@ -170,10 +148,10 @@ def prepass_records(configs: dict) -> dict:
         if kwargs.get("method") not in methods.retrieval_methods():
             continue  # not a retrieval task: no pre-pass
         path = prepass_spec(**{**metadata, **kwargs}).record_path
-        out[task] = json.loads(path.read_text()) if path.is_file() else {"missing": str(path)}
+        out[task] = read_json(path) if path.is_file() else {"missing": str(path)}
         shards = sorted(path.parent.glob(f"{path.stem}.shard-*.json"))
         if shards:  # the records of the shards that filled the cache the packs were assembled from
-            out[task]["shards"] = [json.loads(p.read_text()) for p in shards]
+            out[task]["shards"] = [read_json(p) for p in shards]
     return out
 
 
@@ -293,16 +271,14 @@ def _evaluate(cfg: EvalConfig, name: str, out_dir: Path) -> tuple[dict, dict | N
     training = fine_tuned(model_args.get("pretrained", ""))
     if training:  # tasks refuse items the checkpoint was trained on; the cost goes beside the accuracy
         metadata["trained_items"] = training["trained_items"]
-    embedded_name = (cfg.model if embedded.is_embedded(cfg.model)
-                     else parse_model_args(cfg.model_args).get("pretrained", ""))
-    if training:  # a checkpoint fine-tuned from an embedded model keeps its base model's safe batch size
-        embedded_name = training["recipe"]["model"]
-    # what the target is, for the pre-pass's rule on embedded roles behind a non-embedded target
-    metadata.setdefault("target", str(embedded_name or model_args.get("model") or cfg.model))
+    # what the target is, for the pre-pass's rule on embedded roles behind a non-embedded target; a checkpoint
+    # fine-tuned from an embedded model is judged (and batched) as its base model
+    target = training["recipe"]["model"] if training else target_model(cfg.model, cfg.model_args)
+    metadata.setdefault("target", str(target))
     task_manager = check_tasks(cfg.tasks, metadata)
     device = cfg.device or _default_device()
     # lm-eval's "auto" probes for the largest batch that fits a GPU; on a CPU it grows until the machine swaps
-    batch_size = cfg.batch_size or default_batch_size(embedded_name, cfg.tasks) or ("auto" if device != "cpu" else 4)
+    batch_size = cfg.batch_size or default_batch_size(target, cfg.tasks) or ("auto" if device != "cpu" else 4)
     if lm_model in SERVED_MODELS:  # lm-eval's API clients: requests per call; concurrency is num_concurrent
         batch_size = cfg.batch_size or 1
 

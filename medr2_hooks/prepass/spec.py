@@ -29,9 +29,9 @@ from pathlib import Path
 
 from .. import data, methods, settings
 from ..cache import stable_hash
-from ..config import ConfigError
+from ..config import ConfigError, target_model
 from ..data.record import Record
-from ..fs import safe_component
+from ..fs import read_json, safe_component
 from ..pipeline.config import ROLES, MethodConfig
 from ..data.select import refuse_trained, select
 
@@ -49,13 +49,6 @@ def _method_identity(cfg: MethodConfig) -> dict:
                           for k, v in spec.items() if k not in TRANSPORT}
     out["llm"] = strip(out["llm"])
     out["roles"] = {role: strip(spec) for role, spec in out["roles"].items()}
-    return out
-
-
-def merge(base: dict, override: dict) -> dict:
-    out = dict(base)
-    for k, v in override.items():
-        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 
@@ -84,7 +77,7 @@ class PrepassSpec:
         manifest = settings.cache_dir() / "indexes" / self.cfg.index / "manifest.json"
         index = {"name": self.cfg.index}
         if manifest.is_file():
-            built = json.loads(manifest.read_text())
+            built = read_json(manifest)
             index.update(recipe_hash=built["recipe_hash"], corpus_hash=built["corpus_hash"])
         out = {"benchmark": self.benchmark, "subject": self.subject, "split": self.split, "source": self.source,
                "method": _method_identity(self.cfg), "index": index,
@@ -149,11 +142,11 @@ def target_from_argv(argv: list[str] | None = None) -> str | None:
              for i, a in enumerate(argv) if a.startswith("--model")}
     if "--model" not in flags:
         return None
-    pretrained = [p.split("=", 1)[1] for p in flags.get("--model_args", "").split(",") if p.startswith("pretrained=")]
-    return pretrained[0] if pretrained else flags["--model"]
+    return target_model(flags["--model"], flags.get("--model_args"))
 
 
-def check_roles(cfg: MethodConfig, target: str | None, allow: bool, where: str) -> dict:
+def check_roles(cfg: MethodConfig, target: str | None, allow: bool, where: str,
+                allow_hint: str = "--metadata '{\"allow_embedded_roles\": true}'") -> dict:
     """A non-embedded target with embedded roles, packing tokenizer or a demo index is an error naming each part,
     unless the run says ``allow_embedded_roles: true`` (recorded). ``target``: what the run evaluates (``medr2
     eval`` passes it; a plain lm_eval run's is read from its command line)."""
@@ -173,7 +166,7 @@ def check_roles(cfg: MethodConfig, target: str | None, allow: bool, where: str) 
     raise ConfigError(f"{where}: the target {target} is not an embedded model, but {'; '.join(parts)} would run on "
                       "embedded models (a 270M judge behind a GPU target): give the roles served models "
                       "(method_override llm/roles, experiments/roles.yaml), a paper index and the target's "
-                      "target_tokenizer, or set --metadata '{\"allow_embedded_roles\": true}' to run them anyway")
+                      f"target_tokenizer, or set {allow_hint} to run them anyway")
 
 
 def prepass_spec(benchmark: str, **kwargs) -> PrepassSpec:
@@ -209,9 +202,7 @@ def build_spec(benchmark: str, method: str = "medr2", scoring: str = "letters", 
                           f"{', '.join(methods.retrieval_methods())})")
     if scoring not in methods.SCORINGS:
         raise ConfigError(f"{benchmark}: scoring {scoring!r}; valid: {', '.join(methods.SCORINGS)}")
-    # settings: the method's registry entry over MethodConfig's defaults, then the user's overrides
-    merged = merge(named.variant(), metadata.pop("method_override", {}) or {})
-    cfg = MethodConfig.from_dict(merged, f"{benchmark} method")
+    cfg = methods.resolve(method, metadata.pop("method_override", {}) or {}, f"{benchmark} method")
     if not isinstance(allow_embedded_roles, bool):
         raise ConfigError(f"{benchmark}: metadata allow_embedded_roles must be true or false, found "
                           f"{allow_embedded_roles!r}")
