@@ -49,13 +49,13 @@ def test_offline_grade_is_a_lower_bound_with_synonyms_where_the_tree_has_them():
     ("I cannot grade these.", [0, 0, 0], False),
 ])
 def test_judge_replies_parse_strictly(reply, grades, complete):
-    from medr2_hooks.lmeval.judge import parse_grades
+    from medr2_hooks.lmeval.judge_client import parse_grades
 
     assert parse_grades(reply, 3) == (grades, complete)
 
 
 def test_judged_metrics_follow_rarearenas_recall():
-    from medr2_hooks.lmeval.judge import judged_metrics
+    from medr2_hooks.lmeval.diagnosis import judged_metrics
 
     got = judged_metrics({"items": ["a", "b", "c"], "grades": [1, 2, 0], "complete": True})
     assert got == {"top1": 0.0, "top5": 1.0, "top1_lenient": 1.0, "top5_lenient": 1.0, "judge_unparseable": 0.0}
@@ -98,7 +98,9 @@ def test_a_rarearena_run_judged_by_a_served_stand_in(tmp_path, monkeypatch):
     recorded reply gives, run.json names the judge; `medr2 judge` on the finished run re-grades from the cache and
     asks again only the cases whose reply could not be read (those were never cached)."""
     from medr2_hooks.lmeval.diagnosis import parse_list
-    from medr2_hooks.lmeval.judge import Judge, judge_run, logged_grading, parse_grades
+    from medr2_hooks.cli.judge_cmd import judge_run
+    from medr2_hooks.lmeval.judge import logged_grading
+    from medr2_hooks.lmeval.judge_client import Judge, parse_grades
     from medr2_hooks.lmeval.runner import EvalConfig, run_eval
     from medr2_hooks.llm.hf import HFBackend
     from medr2_hooks.llm.serve import start_background

@@ -91,7 +91,7 @@ def test_a_judge_url_with_credentials_is_refused_without_showing_them():
 # -- 3, 9. the judge's replies: an empty one is never cached, a reply without choices is one line ------------------
 def test_an_empty_judge_reply_is_counted_and_asked_again_once_the_endpoint_is_fixed(endpoint, tmp_path):
     from medr2_hooks.cache import StageCache
-    from medr2_hooks.lmeval.judge import Case, Judge
+    from medr2_hooks.lmeval.judge_client import Case, Judge
 
     cases = [Case("Fabry disease", None, "Fabry disease", ("Fabry disease", "Gaucher disease"))]
     spec = {"backend": "openai", "api": "chat", "model": "judge", "base_url": endpoint["url"], "max_retries": 0}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..lmeval.judge import Judge, judge_run
+    from ..lmeval.judge_client import Judge
 
     spec = {"backend": args.backend, "model": args.model}
     if args.backend == "openai":
@@ -32,3 +33,32 @@ def run(args: argparse.Namespace) -> int:
             spec["base_url"] = args.base_url
     print(json.dumps(judge_run(args.run_dir, Judge.from_spec(spec)), indent=1))
     return 0
+
+
+def judge_run(run_dir: str | Path, judge) -> dict:
+    """Grade a finished run's logged RareArena samples with ``judge`` (a
+    :class:`~medr2_hooks.lmeval.judge_client.Judge`: replies come from the stage cache where the run's own filter
+    asked the same); writes ``RUN_DIR/judged.json`` and returns it."""
+    from ..errors import DataError
+    from ..fs import write_json
+    from ..lmeval.diagnosis import judged_metrics
+    from ..lmeval.judge_client import Case
+
+    files = sorted(Path(run_dir).rglob("samples_rarearena_*.jsonl"))
+    if not files:
+        raise DataError(f"{run_dir}: no samples_rarearena_*.jsonl (run a rarearena task with --log_samples)")
+    tasks: dict[str, list[Case]] = {}
+    for path in files:
+        task = path.name[len("samples_"):].rsplit("_", 1)[0]
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            if row.get("filter", "orphanet") not in ("orphanet", "none"):
+                continue  # the same response under the judge filter
+            response = row["filtered_resps"][0] if isinstance(row["filtered_resps"], list) else row["filtered_resps"]
+            tasks.setdefault(task, []).append(Case.from_doc(row["doc"], response))
+    result = {"judge": judge.backend.model_id, "tasks": {}}
+    for task, cases in tasks.items():
+        rows = [judged_metrics(g) for g in judge.grade(cases)]
+        result["tasks"][task] = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]} | {"n": len(rows)}
+    write_json(Path(run_dir) / "judged.json", result, ascii=True)
+    return result

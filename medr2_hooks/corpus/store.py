@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from ..fs import atomic_save_npy
+from ..fs import atomic_save_npy, read_json
 from .document import Document
 
 PASSAGE_DTYPE = np.dtype([("doc", "<i4"), ("start", "<i8"), ("end", "<i8")])
@@ -180,7 +180,7 @@ class PmidLookup:
         if (folder / LOOKUP).exists():
             self.db = sqlite3.connect(f"file:{folder / LOOKUP}?mode=ro", uri=True, check_same_thread=False)
         elif (folder / "lookup.json").exists():
-            self.legacy = json.loads((folder / "lookup.json").read_text())["pmid"]
+            self.legacy = read_json(folder / "lookup.json")["pmid"]
 
     def rows(self, pmid: str | None) -> set[int]:
         if not pmid:

@@ -10,11 +10,11 @@ cell of Table 2 has candidates to choose from; :func:`candidates` reports what a
 
 from __future__ import annotations
 
-import json
 import math
 
 from .. import settings
 from ..config import ConfigError
+from ..fs import read_json
 
 
 def unit_tokens(index: str, unit: str) -> tuple[float, str]:
@@ -24,7 +24,7 @@ def unit_tokens(index: str, unit: str) -> tuple[float, str]:
     manifest = settings.cache_dir() / "indexes" / index / "manifest.json"
     recipe, counts, source = None, None, None
     if manifest.is_file():
-        built = json.loads(manifest.read_text(encoding="utf-8"))
+        built = read_json(manifest)
         seg, counts, source = built["recipe"]["segmentation"], built["counts"], f"index {index} manifest"
     else:
         try:

@@ -13,6 +13,7 @@ against wall seconds) as PNG and SVG.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 from collections import defaultdict
@@ -23,8 +24,9 @@ from ..fs import atomic_write_text, write_json
 from .config import Experiment
 from .expand import Run, expand
 from .sweep import read_record, read_summary, run_dir, summary_path
-from .report_sections import (anchor_table, cache_reuse, delta_table, evidence_tables, grading_table, loop_table,
-                              packed_tokens_table, reading_table, rehearsal_header, setting_lines, shots_table)
+from .report_sections import (anchor_table, cache_reuse, cost_table, delta_table, evidence_tables, grading_table,
+                              loop_table, packed_tokens_table, reading_table, rehearsal_header, reuse_lines,
+                              setting_lines, shots_table, stats_table)
 from ..stats import mcnemar, paired_bootstrap
 
 PAPER_NUMBERS = settings.REPO_ROOT / "experiments" / "paper_numbers.csv"
@@ -303,7 +305,6 @@ def check_subsets(exp: Experiment, done: dict, allow: bool) -> list[str]:
 
 
 def render(exp: Experiment, force: bool = False, allow_subset: bool = False) -> Path:
-    paper = exp.paper_table
     runs = expand(exp)
     done = load_runs(runs)
     if not force:
@@ -313,11 +314,7 @@ def render(exp: Experiment, force: bool = False, allow_subset: bool = False) -> 
     rows = result_rows(exp, runs, done)
     out = settings.results_dir() / exp.name
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "table.csv", "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["model", "window", "method", "scoring", *exp.benchmarks, "average"])
-        writer.writeheader()
-        writer.writerows({k: ("" if v is None else round(v, 2) if isinstance(v, float) else v) for k, v in r.items()}
-                         for r in rows)
+    _write_csv(out / "table.csv", exp, rows)
     reference = "direct" if "direct" in exp.methods else "vanilla_rag"
     stats = paired_statistics(runs, done, reference)
     missing = [r.name for r in runs if r.name not in done]
@@ -329,10 +326,10 @@ def render(exp: Experiment, force: bool = False, allow_subset: bool = False) -> 
                   + "\n")
     md.append(setting_lines(exp, runs))
     md += [f"\nRuns with results: {len(done)} of {len(runs)}; missing cells are "
-          f"marked {MISSING}. Accuracy in % (RareArena: top-5 recall, by the run's LLM judge where it had one, else "
-          "the offline Orphanet match, a lower bound; top-1 below. The paper does not name its RareArena metric: its "
-          "GPT-4o cells lie between RareArena's published top-1 and top-5 recalls).\n\n",
-          markdown_table(exp, rows)]
+           f"marked {MISSING}. Accuracy in % (RareArena: top-5 recall, by the run's LLM judge where it had one, else "
+           "the offline Orphanet match, a lower bound; top-1 below. The paper does not name its RareArena metric: its "
+           "GPT-4o cells lie between RareArena's published top-1 and top-5 recalls).\n\n",
+           markdown_table(exp, rows)]
     md += packed_tokens_table(runs, done)
     md += loop_table(runs, done)
     md += delta_table(runs, done)
@@ -345,50 +342,11 @@ def render(exp: Experiment, force: bool = False, allow_subset: bool = False) -> 
     md += grading_table(runs, done)
     md += reading_table(runs, done)
     md += shots_table(runs, done)
-    md.append(f"\n## Paired statistics (against {reference}, same items)\n\n| model | window | benchmark | "
-              "method | n | "
-              "Δ acc (pts) | 95% CI | McNemar p |\n|---|---|---|---|---|---|---|---|\n")
-    md += [f"| {s['model']} | {s['window']} | {s['benchmark']} | {s['method']} | {s['n']} | {s['diff']:+.2f} | "
-           f"[{s['low']:+.2f}, {s['high']:+.2f}] | {s['mcnemar_p']:.3g} |\n" for s in stats]
-    md.append("\n## Invalid answers and cost\n\n| run | invalid (%) | wall s | pre-pass s | model calls | "
-              "prompt tokens | "
-              "training |\n|---|---|---|---|---|---|---|\n")
-    for run in runs:
-        got = done.get(run.name)
-        if got:
-            train = got["finetune"]
-            train_text = (f"{train['train_seconds']} s, {train['tokens']} tokens, {train['steps']} steps"
-                          if train else "")
-            invalid = "n/a (log-likelihood)" if got["invalid"] is None else f"{got['invalid']:.1f}"
-            md.append(f"| {run.name} | {invalid} | {got['wall_seconds']} | "
-                      f"{'0 (packs reused)' if got.get('packs_reused') else got['prepass_seconds'] or ''} | "
-                      f"{got['model_calls'] if got['model_calls'] is not None else ''} | "
-                      f"{got['prompt_tokens'] or ''} | "
-                      f"{train_text} |\n")
-    reuse = cache_reuse(runs, done)
-    if reuse:
-        md.append("\n## Stage-cache reuse across windows\n\nPre-pass seconds of all windows of a model and method over "
-                  "those of its most expensive window (1.0 = the other windows cost nothing beyond packing):\n\n")
-        md += [f"- {r['model']} {r['method']} {r['benchmark']}: {r['windows']} windows, {r['total']:.1f} s / "
-               f"{r['max']:.1f} s "
-               f"= {r['ratio']:.3f}x\n" for r in reuse]
-    if paper:
-        cells, errata = paper_table(paper)
-        md.append(f"\n## The paper's Table {paper} (experiments/paper_numbers.csv)\n\nIts Average is over all of the "
-                  "table's benchmarks, as printed.\n\n")
-        wanted = set(exp.benchmarks) | {"average"}
-        grouped: dict[tuple, dict] = defaultdict(dict)
-        for c in cells:
-            if c["benchmark"] in wanted:
-                grouped[(c["window"], c["model"], c["method"])][c["benchmark"]] = c["value"]
-        cols = [*exp.benchmarks, "average"]
-        md.append("| window | model | method | " + " | ".join(cols) + " |\n|" + "---|" * (len(cols) + 3) + "\n")
-        md += [f"| {w} | {m} | {meth} | " + " | ".join(v.get(c, MISSING) for c in cols) + " |\n"
-               for (w, m, meth), v in grouped.items()]
-        md.append("\nErrata (printed average ≠ mean of the printed cells; shown as printed above, not corrected):\n\n")
-        md += [f"- Table {e['table']}, {e['model']}, {e['method']}, window {e['window']}: printed "
-               f"{e['printed_average']}, "
-               f"cells give {e['mean_of_cells']} (paper text line {e['paper_line']})\n" for e in errata] or ["- none\n"]
+    md += stats_table(stats, reference)
+    md += cost_table(runs, done)
+    md += reuse_lines(cache_reuse(runs, done))
+    if exp.paper_table:
+        md += paper_table_lines(exp)
     if missing:
         md.append("\nMissing runs: " + ", ".join(missing) + "\n")
     written = figures(exp, rows, runs, done, out) if done else []
@@ -396,3 +354,34 @@ def render(exp: Experiment, force: bool = False, allow_subset: bool = False) -> 
     atomic_write_text(out / "report.md", "".join(md))
     write_json(out / "stats.json", stats, ascii=True)
     return out
+
+
+def _write_csv(path: Path, exp: Experiment, rows: list[dict]) -> None:
+    buf = io.StringIO(newline="")
+    writer = csv.DictWriter(buf, fieldnames=["model", "window", "method", "scoring", *exp.benchmarks, "average"])
+    writer.writeheader()
+    writer.writerows({k: ("" if v is None else round(v, 2) if isinstance(v, float) else v) for k, v in r.items()}
+                     for r in rows)
+    atomic_write_text(path, buf.getvalue())
+
+
+def paper_table_lines(exp: Experiment) -> list[str]:
+    """The paper's own cells of the experiment's table (experiments/paper_numbers.csv) and its errata."""
+    paper = exp.paper_table
+    cells, errata = paper_table(paper)
+    md = [f"\n## The paper's Table {paper} (experiments/paper_numbers.csv)\n\nIts Average is over all of the "
+          "table's benchmarks, as printed.\n\n"]
+    wanted = set(exp.benchmarks) | {"average"}
+    grouped: dict[tuple, dict] = defaultdict(dict)
+    for c in cells:
+        if c["benchmark"] in wanted:
+            grouped[(c["window"], c["model"], c["method"])][c["benchmark"]] = c["value"]
+    cols = [*exp.benchmarks, "average"]
+    md.append("| window | model | method | " + " | ".join(cols) + " |\n|" + "---|" * (len(cols) + 3) + "\n")
+    md += [f"| {w} | {m} | {meth} | " + " | ".join(v.get(c, MISSING) for c in cols) + " |\n"
+           for (w, m, meth), v in grouped.items()]
+    md.append("\nErrata (printed average ≠ mean of the printed cells; shown as printed above, not corrected):\n\n")
+    md += [f"- Table {e['table']}, {e['model']}, {e['method']}, window {e['window']}: printed "
+           f"{e['printed_average']}, cells give {e['mean_of_cells']} (paper text line {e['paper_line']})\n"
+           for e in errata] or ["- none\n"]
+    return md

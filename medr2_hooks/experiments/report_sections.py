@@ -7,6 +7,7 @@ from collections import defaultdict
 
 from .config import Experiment
 from .expand import Run
+from ..fs import read_json
 
 MISSING = "—"
 
@@ -43,7 +44,6 @@ def setting_lines(exp: Experiment, runs: list[Run]) -> str:
 
 def corpus_line(index: str) -> str:
     """An index's corpus as a report states it: its recipe's description, source types and size."""
-    import json
 
     from .. import settings
     from ..config import ConfigError
@@ -58,7 +58,7 @@ def corpus_line(index: str) -> str:
     manifest = settings.cache_dir() / "indexes" / index / "manifest.json"
     size = ""
     if manifest.is_file():
-        counts = json.loads(manifest.read_text(encoding="utf-8"))["counts"]
+        counts = read_json(manifest)["counts"]
         size = f"; {counts['documents']:,} documents, {counts['passages']:,} passages"
     return f"{index}: {recipe.description or index} (source types: {', '.join(kinds)}{size})"
 
@@ -298,3 +298,37 @@ def shots_table(runs: list[Run], done: dict) -> list[str]:
         md.append(f"| {run.name} | {run.window} | {shots['available']} | {shots['mean']} | {shots['min']} | "
                   f"{shots['max']} | {shots['zero_shot']} | {shots['skipped']} |\n")
     return md
+
+
+def stats_table(stats: list[dict], reference: str) -> list[str]:
+    md = [f"\n## Paired statistics (against {reference}, same items)\n\n| model | window | benchmark | method | n | "
+          "Δ acc (pts) | 95% CI | McNemar p |\n|---|---|---|---|---|---|---|---|\n"]
+    return md + [f"| {s['model']} | {s['window']} | {s['benchmark']} | {s['method']} | {s['n']} | {s['diff']:+.2f} | "
+                 f"[{s['low']:+.2f}, {s['high']:+.2f}] | {s['mcnemar_p']:.3g} |\n" for s in stats]
+
+
+def cost_table(runs: list, done: dict) -> list[str]:
+    md = ["\n## Invalid answers and cost\n\n| run | invalid (%) | wall s | pre-pass s | model calls | prompt tokens | "
+          "training |\n|---|---|---|---|---|---|---|\n"]
+    for run in runs:
+        got = done.get(run.name)
+        if got:
+            train = got["finetune"]
+            train_text = (f"{train['train_seconds']} s, {train['tokens']} tokens, {train['steps']} steps"
+                          if train else "")
+            invalid = "n/a (log-likelihood)" if got["invalid"] is None else f"{got['invalid']:.1f}"
+            md.append(f"| {run.name} | {invalid} | {got['wall_seconds']} | "
+                      f"{'0 (packs reused)' if got.get('packs_reused') else got['prepass_seconds'] or ''} | "
+                      f"{got['model_calls'] if got['model_calls'] is not None else ''} | "
+                      f"{got['prompt_tokens'] or ''} | "
+                      f"{train_text} |\n")
+    return md
+
+
+def reuse_lines(reuse: list[dict]) -> list[str]:
+    if not reuse:
+        return []
+    return ["\n## Stage-cache reuse across windows\n\nPre-pass seconds of all windows of a model and method over "
+            "those of its most expensive window (1.0 = the other windows cost nothing beyond packing):\n\n"] + [
+        f"- {r['model']} {r['method']} {r['benchmark']}: {r['windows']} windows, {r['total']:.1f} s / "
+        f"{r['max']:.1f} s = {r['ratio']:.3f}x\n" for r in reuse]

@@ -14,13 +14,12 @@ and prints and records its URL in ``results/<experiment>/wandb_report.json``; a 
 from __future__ import annotations
 
 import csv
-import json
 import os
 from pathlib import Path
 
 from .. import settings
 from ..errors import Medr2Error
-from ..fs import write_json
+from ..fs import read_json, write_json
 from ..redact import redact
 from .config import Experiment
 from .expand import experiment_tag
@@ -49,7 +48,7 @@ def report_tables(exp: Experiment, out: Path) -> dict[str, tuple[list[str], list
         wanted = set(exp.benchmarks) | {"average"}
         tables["paper"] = _rows([{k: c[k] for k in ("window", "model", "method", "benchmark", "value")}
                                  for c in cells if c["benchmark"] in wanted])
-    stats = json.loads((out / "stats.json").read_text(encoding="utf-8")) if (out / "stats.json").is_file() else []
+    stats = read_json(out / "stats.json") if (out / "stats.json").is_file() else []
     if stats:
         tables["paired_statistics"] = _rows(stats)
     runs = expand(exp)

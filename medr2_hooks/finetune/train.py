@@ -28,7 +28,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from ..config import ConfigError
-from ..fs import atomic_write_text, write_json
+from ..fs import atomic_write_text, read_json, write_json
 from .examples import Row, check_no_overlap, training_rows
 from .recipe import FinetuneRecipe
 
@@ -65,7 +65,7 @@ def _latest(out: Path) -> Path | None:
     marker = out / "latest.json"
     if not marker.is_file():
         return None
-    path = out / json.loads(marker.read_text())["checkpoint"]
+    path = out / read_json(marker)["checkpoint"]
     return path if path.is_dir() else None
 
 
@@ -101,18 +101,8 @@ def train(recipe: FinetuneRecipe, log=print, wandb_run=None) -> dict:
     model, optimizer = acc.prepare(model, optimizer)
     acc.register_for_checkpointing(scheduler)
 
-    out.mkdir(parents=True, exist_ok=True)
     losses_path = out / "loss.jsonl"
-    state = {"step": 0, "tokens": 0, "train_seconds": 0.0}
-    resume_from = _latest(out)
-    if resume_from is not None:
-        acc.load_state(str(resume_from))
-        state = json.loads((resume_from / "trainer_state.json").read_text())
-        log(f"resuming {recipe.name} at step {state['step']}/{total} from {resume_from.name}")
-    if acc.is_main_process:  # rows past the checkpoint belong to steps that are recomputed now
-        kept = [line for line in (losses_path.read_text().splitlines() if losses_path.exists() else [])
-                if json.loads(line)["step"] <= state["step"]]
-        atomic_write_text(losses_path, "".join(f"{line}\n" for line in kept))
+    state = _resume(acc, out, losses_path, f"{recipe.name} at step {{}}/{total}", log)
 
     from accelerate.utils import DistributedType
     from tqdm.auto import tqdm
@@ -128,21 +118,11 @@ def train(recipe: FinetuneRecipe, log=print, wandb_run=None) -> dict:
         started = time.perf_counter()
         items = [rows[i] for i in step_items(len(rows), recipe, state["step"], steps_per_epoch)]
         tokens = sum(len(r.answer) for r in items)
-        micro = [items[i:i + recipe.micro_batch] for i in range(0, len(items), recipe.micro_batch)]
-        mine = micro[acc.process_index::acc.num_processes]
-        step_loss = torch.zeros((), device=acc.device)
-        for j, batch in enumerate(mine):
-            with acc.no_sync(model) if j < len(mine) - 1 else nullcontext():
-                loss_sum = answer_loss_sum(model, batch, pad_id, acc.device)
-                acc.backward(loss_sum * acc.num_processes / tokens)  # DDP averages over processes
-            step_loss += loss_sum.detach()
-        if recipe.max_grad_norm:
-            acc.clip_grad_norm_(model.parameters(), recipe.max_grad_norm)
         lr = scheduler.get_last_lr()[0]
+        step_loss = _step(acc, model, items, recipe, pad_id, tokens)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
-        step_loss = acc.reduce(step_loss, reduction="sum").item() / tokens
         state["step"] += 1
         state["tokens"] += sum(len(r.prompt) + len(r.answer) for r in items)
         state["train_seconds"] += time.perf_counter() - started
@@ -167,20 +147,63 @@ def train(recipe: FinetuneRecipe, log=print, wandb_run=None) -> dict:
         "device": str(acc.device), "device_seconds": round(state["train_seconds"] * acc.num_processes, 2),
         "losses": [json.loads(line) for line in losses_path.read_text().splitlines()] if acc.is_main_process else [],
     }
-    # every rank takes part: under FSDP / ZeRO-3 the full state dict is gathered from the shards
+    _save_final(acc, model, tokenizer, manifest, out, recipe.dtype)
+    if acc.is_main_process:
+        log(f"finetune {recipe.name}: {total} steps, {len(rows)} examples, {manifest['train_seconds']} s, "
+            f"loss {manifest['losses'][0]['loss']:.4f} -> {manifest['losses'][-1]['loss']:.4f}; checkpoint {final}")
+    return manifest
+
+
+def _resume(acc, out: Path, losses_path: Path, where: str, log) -> dict:
+    """The training state of the latest checkpoint under ``out`` (its optimizer, scheduler and RNG loaded into
+    ``acc``), or a fresh one; the loss log is cut back to the checkpoint's step (later steps are recomputed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    state = {"step": 0, "tokens": 0, "train_seconds": 0.0}
+    resume_from = _latest(out)
+    if resume_from is not None:
+        acc.load_state(str(resume_from))
+        state = read_json(resume_from / "trainer_state.json")
+        log(f"resuming {where.format(state['step'])} from {resume_from.name}")
+    if acc.is_main_process:
+        kept = [line for line in (losses_path.read_text().splitlines() if losses_path.exists() else [])
+                if json.loads(line)["step"] <= state["step"]]
+        atomic_write_text(losses_path, "".join(f"{line}\n" for line in kept))
+    return state
+
+
+def _step(acc, model, items: list, recipe: FinetuneRecipe, pad_id: int, tokens: int) -> float:
+    """One optimizer step's gradients over ``items`` (this process's micro-batches, accumulated without syncing
+    until the last; clipped), and the step's mean answer-token loss over every process."""
+    import torch
+
+    micro = [items[i:i + recipe.micro_batch] for i in range(0, len(items), recipe.micro_batch)]
+    mine = micro[acc.process_index::acc.num_processes]
+    step_loss = torch.zeros((), device=acc.device)
+    for j, batch in enumerate(mine):
+        with acc.no_sync(model) if j < len(mine) - 1 else nullcontext():
+            loss_sum = answer_loss_sum(model, batch, pad_id, acc.device)
+            acc.backward(loss_sum * acc.num_processes / tokens)  # DDP averages over processes
+        step_loss += loss_sum.detach()
+    if recipe.max_grad_norm:
+        acc.clip_grad_norm_(model.parameters(), recipe.max_grad_norm)
+    return acc.reduce(step_loss, reduction="sum").item() / tokens
+
+
+def _save_final(acc, model, tokenizer, manifest: dict, out: Path, dtype: str) -> None:
+    """``<out>/final``: the weights in ``dtype``, the tokenizer and the manifest, staged and renamed into place.
+    Every rank takes part: under FSDP / ZeRO-3 the full state dict is gathered from the shards."""
+    import torch
+
     weights = acc.get_state_dict(model)
     if acc.is_main_process:
         tmp = out / "final.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        keep = getattr(torch, recipe.dtype)
+        keep = getattr(torch, dtype)
         acc.unwrap_model(model).save_pretrained(tmp, state_dict={k: v.to(keep) if v.is_floating_point() else v
                                                                  for k, v in weights.items()})
         tokenizer.save_pretrained(tmp)
         write_json(tmp / MANIFEST, manifest, ascii=True)
-        os.replace(tmp, final)
-        log(f"finetune {recipe.name}: {total} steps, {len(rows)} examples, {manifest['train_seconds']} s, "
-            f"loss {manifest['losses'][0]['loss']:.4f} -> {manifest['losses'][-1]['loss']:.4f}; checkpoint {final}")
-    return manifest
+        os.replace(tmp, out / "final")
 
 
 def _checkpoint(acc, out: Path, state: dict) -> None:

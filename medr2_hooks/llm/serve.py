@@ -29,7 +29,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .serve_protocol import BadRequest, Limits, Request, answer, parse_chat, parse_completion
+from .serve_inference import answer
+from .serve_protocol import BadRequest, Limits, Request, parse_chat, parse_completion
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -119,144 +120,168 @@ def _no_constant(name: str):
     raise BadRequest(f"{name} is not a JSON number")
 
 
-def make_server(backend, model_name: str, host: str = "127.0.0.1", port: int = 8000, max_batch: int = 64,
-                limits: Limits = Limits(), api_key: str | None = None, max_body: int = MAX_BODY_BYTES):
-    batcher = Batcher(backend, max_batch)
-    context = int(getattr(backend, "max_length", 0) or 8192)
+@dataclass(frozen=True)
+class Served:
+    """What a server answers with: the model, its name and context, and the request limits."""
+    backend: object
+    model_name: str
+    context: int
+    limits: Limits = Limits()
+    api_key: str | None = None
+    max_body: int = MAX_BODY_BYTES
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        timeout = READ_TIMEOUT_S
 
-        def log_message(self, fmt, *args):
-            log.debug("%s " + fmt, self.address_string(), *args)
+def read_body(headers, rfile, max_body: int):
+    """A request's JSON body, or :class:`BadRequest` naming what is wrong with it (its length, its bytes, its
+    JSON, a lone surrogate no tokenizer can read). Returns ``(body, close)``: close the connection after
+    answering when the body was not read whole."""
+    length = headers.get("Content-Length")
+    if length is None or not length.strip().isascii() or not length.strip().isdigit():
+        raise BadRequest(f"Content-Length must be a whole number of bytes, found {length!r}")
+    if int(length) > max_body:
+        raise BadRequest(f"the body has {int(length)} bytes; at most {max_body}", close=True)
+    raw = rfile.read(int(length))
+    if len(raw) != int(length):
+        raise BadRequest(f"the body ended after {len(raw)} of its {int(length)} bytes", close=True)
+    try:
+        body = json.loads(raw, parse_constant=_no_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(f"the body is not JSON ({exc})") from None
+    except RecursionError:
+        raise BadRequest("the body's JSON is nested too deeply") from None
+    try:  # a lone surrogate ("\ud800") parses as JSON but is no text a tokenizer can read
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest("a string in the body holds a lone UTF-16 surrogate: not text") from None
+    except RecursionError:
+        raise BadRequest("the body's JSON is nested too deeply") from None
+    return body
 
-        def _send(self, status: int, payload: dict) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
 
-        def _error(self, status: int, message: str) -> None:
-            kind = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError",
-                    413: "BadRequestError"}.get(status, "InternalServerError")
-            self._send(status, {"error": {"message": message, "type": kind, "code": status}})
+class Handler(BaseHTTPRequestHandler):
+    """One connection's requests; what it serves is ``self.server.served`` (a :class:`Served`)."""
+    protocol_version = "HTTP/1.1"
+    timeout = READ_TIMEOUT_S
 
-        def _authorised(self) -> bool:
-            if api_key is None:
-                return True
-            given = self.headers.get("Authorization", "")
-            if hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-                return True
-            self._error(401, "missing or wrong API key (Authorization: Bearer ...)")
-            return False
+    def log_message(self, fmt, *args):
+        log.debug("%s " + fmt, self.address_string(), *args)
 
-        def do_GET(self):
-            if not self._authorised():
-                return
-            if self.path.rstrip("/") == "/v1/models":
-                self._send(200, {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "medr2",
-                                                             "root": model_name, "max_model_len": context}]})
-            else:
-                self._error(404, f"no route {self.path}")
+    def _send(self, status: int, payload: dict) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
-        def _body(self):
-            length = self.headers.get("Content-Length")
-            if length is None or not length.strip().isascii() or not length.strip().isdigit():
-                raise BadRequest(f"Content-Length must be a whole number of bytes, found {length!r}")
-            if int(length) > max_body:
-                self.close_connection = True
-                raise BadRequest(f"the body has {int(length)} bytes; at most {max_body}")
-            raw = self.rfile.read(int(length))
-            if len(raw) != int(length):
-                self.close_connection = True
-                raise BadRequest(f"the body ended after {len(raw)} of its {int(length)} bytes")
-            try:
-                body = json.loads(raw, parse_constant=_no_constant)
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise BadRequest(f"the body is not JSON ({exc})") from None
-            except RecursionError:
-                raise BadRequest("the body's JSON is nested too deeply") from None
-            try:  # a lone surrogate ("\ud800") parses as JSON but is no text a tokenizer can read
-                json.dumps(body, ensure_ascii=False).encode("utf-8")
-            except UnicodeEncodeError:
-                raise BadRequest("a string in the body holds a lone UTF-16 surrogate: not text") from None
-            except RecursionError:
-                raise BadRequest("the body's JSON is nested too deeply") from None
-            return body
+    def _error(self, status: int, message: str) -> None:
+        kind = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError",
+                413: "BadRequestError"}.get(status, "InternalServerError")
+        self._send(status, {"error": {"message": message, "type": kind, "code": status}})
 
-        def do_POST(self):
-            with self.server.in_flight():
-                self._post()
+    def _authorised(self) -> bool:
+        api_key = self.server.served.api_key
+        if api_key is None:
+            return True
+        given = self.headers.get("Authorization", "")
+        if hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+            return True
+        self._error(401, "missing or wrong API key (Authorization: Bearer ...)")
+        return False
 
-        def _post(self):
-            route = self.path.rstrip("/")
-            if not self._authorised():
-                return
-            if route not in ("/v1/completions", "/v1/chat/completions"):
-                self.close_connection = True
-                return self._error(404, f"no route {self.path}")
-            chat = route.endswith("chat/completions")
-            try:
-                parse = parse_chat if chat else parse_completion
-                request = parse(self._body(), model_name, backend.tokenizer, limits, context)
-            except BadRequest as exc:
-                return self._error(400, f"bad request: {exc}")
-            job = batcher.submit(request)
-            while True:
-                try:
-                    choices, usage = job.future.result(timeout=0.5)
-                    break
-                except FutureTimeout:
-                    if self._client_gone():
-                        job.cancelled.set()
-                        self.close_connection = True
-                        return
-                except Cancelled:
-                    self.close_connection = True
-                    return
-                except Exception as exc:  # noqa: BLE001 -- a model failure is this request's 500, not a dead server
-                    log.exception("request failed")
-                    return self._error(500, f"{type(exc).__name__}: {exc}")
+    def do_GET(self):
+        if not self._authorised():
+            return
+        served = self.server.served
+        if self.path.rstrip("/") == "/v1/models":
+            self._send(200, {"object": "list", "data": [{"id": served.model_name, "object": "model",
+                                                         "owned_by": "medr2", "root": served.model_name,
+                                                         "max_model_len": served.context}]})
+        else:
+            self._error(404, f"no route {self.path}")
+
+    def do_POST(self):
+        with self.server.in_flight():
+            self._post()
+
+    def _post(self):
+        route, served = self.path.rstrip("/"), self.server.served
+        if not self._authorised():
+            return
+        if route not in ("/v1/completions", "/v1/chat/completions"):
+            self.close_connection = True
+            return self._error(404, f"no route {self.path}")
+        chat = route.endswith("chat/completions")
+        try:
+            parse = parse_chat if chat else parse_completion
+            body = read_body(self.headers, self.rfile, served.max_body)
+            request = parse(body, served.model_name, served.backend.tokenizer, served.limits, served.context)
+        except BadRequest as exc:
+            self.close_connection = self.close_connection or exc.close
+            return self._error(400, f"bad request: {exc}")
+        answered = self._wait(self.server.batcher.submit(request))
+        if answered is not None:
+            choices, usage = answered
             kind = "chat.completion" if chat else "text_completion"
-            self._send(200, {"object": kind, "model": model_name, "choices": choices, "usage": usage})
+            self._send(200, {"object": kind, "model": served.model_name, "choices": choices, "usage": usage})
 
-        def _client_gone(self) -> bool:
+    def _wait(self, job: Job):
+        """The job's ``(choices, usage)``; None when the client went away (the job is cancelled) or the answer
+        failed (a 500 is sent: a model failure is this request's, not the server's)."""
+        while True:
             try:
-                readable, _, _ = select.select([self.connection], [], [], 0)
-                return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
-            except OSError:
-                return True
+                return job.future.result(timeout=0.5)
+            except FutureTimeout:
+                if self._client_gone():
+                    job.cancelled.set()
+                    self.close_connection = True
+                    return None
+            except Cancelled:
+                self.close_connection = True
+                return None
+            except Exception as exc:  # noqa: BLE001 -- a model failure is this request's 500, not a dead server
+                log.exception("request failed")
+                self._error(500, f"{type(exc).__name__}: {exc}")
+                return None
 
-    class Server(ThreadingHTTPServer):
-        request_queue_size = 128  # the listen backlog (socketserver's default, 5, resets bursts of clients)
-        daemon_threads = True  # idle keep-alive connections never hold the process: drain() waits for requests
+    def _client_gone(self) -> bool:
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
-        def __init__(self, *args):
-            super().__init__(*args)
-            self.active, self.changed = 0, threading.Condition()
 
-        @contextlib.contextmanager
-        def in_flight(self):
+class Server(ThreadingHTTPServer):
+    request_queue_size = 128  # the listen backlog (socketserver's default, 5, resets bursts of clients)
+    daemon_threads = True  # idle keep-alive connections never hold the process: drain() waits for requests
+
+    def __init__(self, address, served: Served, batcher: Batcher):
+        super().__init__(address, Handler)
+        self.served, self.batcher = served, batcher
+        self.active, self.changed = 0, threading.Condition()
+
+    @contextlib.contextmanager
+    def in_flight(self):
+        with self.changed:
+            self.active += 1
+        try:
+            yield
+        finally:
             with self.changed:
-                self.active += 1
-            try:
-                yield
-            finally:
-                with self.changed:
-                    self.active -= 1
-                    self.changed.notify_all()
+                self.active -= 1
+                self.changed.notify_all()
 
-        def drain(self, timeout: float = 600) -> bool:
-            """Wait until no request is being answered (after shutdown(): SIGTERM); False if ``timeout`` passed."""
-            with self.changed:
-                return self.changed.wait_for(lambda: self.active == 0, timeout)
+    def drain(self, timeout: float = 600) -> bool:
+        """Wait until no request is being answered (after shutdown(): SIGTERM); False if ``timeout`` passed."""
+        with self.changed:
+            return self.changed.wait_for(lambda: self.active == 0, timeout)
 
-    server = Server((host, port), Handler)
-    server.batcher = batcher
-    return server
+
+def make_server(backend, model_name: str, host: str = "127.0.0.1", port: int = 8000, max_batch: int = 64,
+                limits: Limits = Limits(), api_key: str | None = None, max_body: int = MAX_BODY_BYTES) -> Server:
+    served = Served(backend, model_name, int(getattr(backend, "max_length", 0) or 8192), limits, api_key, max_body)
+    return Server((host, port), served, Batcher(backend, max_batch))
 
 
 def start_background(backend, model_name: str, host: str = "127.0.0.1", port: int = 0, max_batch: int = 64, **kw):

@@ -29,6 +29,7 @@ from .. import settings
 from ..errors import Medr2Error
 from .packs import read_packs, run_prepass
 from .spec import prepass_spec
+from ..fs import read_json
 
 # settings every worker needs to see the same data, cache and results as the driver
 SHARED_ENV = ("MEDR2_DATA_DIR", "MEDR2_CACHE_DIR", "MEDR2_RESULTS_DIR", "HF_HUB_OFFLINE", "HF_HOME",
@@ -116,12 +117,11 @@ def _roles_changed(spec, log) -> bool:
     """Whether a served role's live identity (what its server reports now) differs from the one the packs' pre-pass
     recorded: then the pre-pass runs again (its stages miss the cache under the new identity). A server that cannot
     be reached now is reported and the packs are kept (roles are often stopped once their work is done)."""
-    import json
 
     from ..errors import Medr2Error
     from ..pipeline.identity import backend_identity
 
-    recorded = json.loads(spec.record_path.read_text(encoding="utf-8")).get("models") or {}
+    recorded = read_json(spec.record_path).get("models") or {}
     for role, identity in recorded.items():
         if not identity.startswith("openai:"):
             continue

@@ -29,7 +29,7 @@ from ..corpus.document import Document, SkipReport
 from ..corpus.recipe import Recipe
 from ..corpus.sources import READERS, source_files
 from ..errors import DataError
-from ..fs import safe_component, write_json
+from ..fs import read_json, safe_component, write_json
 from ..corpus.store import CorpusStore, PmidLookupWriter, SeenIds, file_sha256, write_corpus
 from .lucene import DEFAULT_HEAP_MB
 
@@ -138,7 +138,7 @@ def _marker_with(marker: Path, identity: str) -> dict | None:
     """The build record in ``marker`` when it was written for ``identity``, else None."""
     if not marker.exists():
         return None
-    done = json.loads(marker.read_text())
+    done = read_json(marker)
     return done if done.get("identity") == identity else None
 
 
@@ -419,7 +419,7 @@ def load_manifest(folder: Path) -> dict:
         from ..errors import Medr2Error
 
         raise Medr2Error(f"no built index in {folder} (manifest.json missing): run medr2 index build <recipe>")
-    return json.loads(path.read_text())
+    return read_json(path)
 
 
 __all__ = ["Resources", "build", "ensure_index", "index_dir", "load_manifest", "read_sources"]
