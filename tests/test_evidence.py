@@ -164,8 +164,11 @@ def test_mirages_medrag_group_runs(tmp_path):
     import sys
 
     env = {**os.environ, "MEDR2_RESULTS_DIR": str(tmp_path)}
+    # a 1K window: MedRAG's snippets fill whatever window it is given (evidence_share 1), and 4K-token prompts on
+    # two CPU cores cost ten minutes here without testing anything the 1K prompts do not
     done = subprocess.run([sys.executable, "-m", "medr2_hooks.cli.main", "eval", "--tasks", "mirage_medrag", "--limit",
-                           "2", "--gen_kwargs", "max_gen_toks=32", "--no_wandb", "--run_name", "mirage"], env=env,
+                           "2", "--gen_kwargs", "max_gen_toks=32", "--no_wandb", "--run_name", "mirage",
+                           "--metadata", '{"method_override": {"window": 1024}}'], env=env,
                           capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((tmp_path / "runs" / "mirage" / "run.json").read_text())
@@ -174,6 +177,7 @@ def test_mirages_medrag_group_runs(tmp_path):
         assert 0 <= got["acc,none"] <= 1 and 0 <= got["invalid,none"] <= 1
         assert record["n_samples"][f"{name}_medrag"]["effective"] == 2
     assert record["prepass"]["mirage_medqa_medrag"]["config"]["fusion"] == "rrf"
+    assert record["prepass"]["mirage_medqa_medrag"]["config"]["window"] == 1024
 
 
 def test_medrag_reads_its_32_fused_snippets_when_the_window_holds_them():
