@@ -264,16 +264,16 @@ def test_fine_tuning_on_the_evaluated_format_makes_the_answers_readable(tmp_path
 
     monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path / "results"))
     recipe = {"name": "smol_gen", "model": "embedded:smollm2-135m-instruct", "output_dir": str(tmp_path / "ft"),
-              "dtype": "float32", "global_batch": 8, "micro_batch": 4, "epochs": 3, "max_steps": 12,
+              "dtype": "float32", "global_batch": 8, "micro_batch": 4, "epochs": 3, "max_steps": 8,
               "learning_rate": 1e-4, "checkpoint_every": 12, "max_length": 768, "answer_format": "generative",
               "chat": True, "train": [{"benchmark": "medqa_usmle", "split": "dev", "count": 32}],
-              "evaluate": [{"benchmark": "medqa_usmle", "split": "test", "count": 16}]}
+              "evaluate": [{"benchmark": "medqa_usmle", "split": "test", "count": 8}]}
     path = tmp_path / "smol_gen.yaml"
     path.write_text(yaml.safe_dump(recipe))
 
     def invalid(pretrained: str) -> float:
         out = run_eval(EvalConfig(tasks=["medqa_usmle_direct_gen"], model="hf",
-                                  model_args=f"pretrained={pretrained},dtype=float32", limit=16,
+                                  model_args=f"pretrained={pretrained},dtype=float32", limit=8,
                                   metadata={"split": "test"}, gen_kwargs="max_gen_toks=40",
                                   apply_chat_template=True, wandb=False))
         return out["results"]["medqa_usmle_direct_gen"]["invalid,none"]

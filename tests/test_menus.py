@@ -18,8 +18,8 @@ from bench_menus import PerLabel, passages  # noqa: E402  (the bench's passages 
 pytestmark = pytest.mark.slow
 
 SMOL = "embedded:smollm2-135m-instruct"
-# real passages per stage: 10 in CI; MEDR2_MENU_DOCUMENTS=64 runs the full equivalence check (~20 min)
-DOCUMENTS = int(os.environ.get("MEDR2_MENU_DOCUMENTS", "10"))
+# real passages per stage: 6 in CI; MEDR2_MENU_DOCUMENTS=64 runs the full equivalence check (~20 min)
+DOCUMENTS = int(os.environ.get("MEDR2_MENU_DOCUMENTS", "6"))
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_one_request_per_menu_gives_the_per_label_distributions_and_decisions(se
     one, each = (OpenAIBackend("smol", base_url=served, tokenizer=SMOL) for _ in range(2))
     judged = [one.chat(f"Document: {d}\n\nIs this document about the heart? Answer yes or no.") for d in docs[:8]]
     fast, slow = (label_distribution(b, judged, ["yes", "no"], "relevance") for b in (one, PerLabel(each)))
-    assert one.usage.prompts == 8 and each.usage.prompts == 16
+    assert one.usage.prompts == len(judged) and each.usage.prompts == 2 * len(judged)
     exact = [i for i in range(len(judged)) if i not in _bounded(one, judged, ["yes", "no"], words=True)]
     assert exact and np.abs(fast[exact] - slow[exact]).max() <= 1e-4
     assert (fast.argmax(1) == slow.argmax(1)).all()

@@ -137,9 +137,9 @@ def test_hand_edited_packs_are_refused(own_cache):
 
 
 @contextmanager
-def cpu_hog():
-    """Other processes keep every core busy for the duration (what a shared node does to a pre-pass)."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+def cpu_hog(n: int = 1):
+    """``n`` other processes keep cores busy for the duration (what a shared node does to a pre-pass)."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
     try:
         yield
     finally:
@@ -160,11 +160,12 @@ def test_shards_in_any_order_and_ray_workers_assemble_the_same_packs(own_cache, 
     from medr2_hooks.prepass.prepare import Shard, prepare_tasks
 
     quiet = lambda *_: None  # noqa: E731
+    limit = 2  # two questions and one demonstration: each shard computes something of its own
     monkeypatch.setenv("MEDR2_THREADS", "2")
     own_cache("unsharded")
     torch.set_num_threads(3)
     started = time.perf_counter()
-    whole = prepare_tasks(_hooks(), log=quiet)[TASK]
+    whole = prepare_tasks(_hooks(limit), log=quiet)[TASK]
     unsharded_s = time.perf_counter() - started
     reference = Path(whole["packs"]).read_bytes()
     assert json.loads(Path(whole["record"]).read_text())["numerics"] == {"threads": 2}
@@ -173,13 +174,13 @@ def test_shards_in_any_order_and_ray_workers_assemble_the_same_packs(own_cache, 
     cache = own_cache("sharded")
     started = time.perf_counter()
     for i in (1, 0):  # any order
-        part = prepare_tasks(_hooks(), Shard(i, 2), log=quiet)[TASK]
+        part = prepare_tasks(_hooks(limit), Shard(i, 2), log=quiet)[TASK]
         assert part["shard"] == f"{i}/2" and part["record"].endswith(f".shard-{i}of2.json")
-        assert part["items"] == len(range(i, 3, 2)) and Path(part["record"]).is_file()
+        assert part["items"] == len(range(i, limit, 2)) and Path(part["record"]).is_file()
     # each shard wrote only its own segment of the stage cache (shards may run on different nodes)
     segments = cache / "stages.sqlite.segments"
     assert not (cache / "stages.sqlite").exists() and len(list(segments.glob("*.sqlite"))) == 2
-    assembled = prepare_tasks(_hooks(), log=quiet)[TASK]
+    assembled = prepare_tasks(_hooks(limit), log=quiet)[TASK]
     assert not list(segments.glob("*.sqlite"))  # merged into the main file
     sharded_s = time.perf_counter() - started
     assert assembled["model_calls"] == 0  # assembly only reads the cache
@@ -189,7 +190,7 @@ def test_shards_in_any_order_and_ray_workers_assemble_the_same_packs(own_cache, 
     # the run record of an evaluation over these packs carries the shards' records
     from medr2_hooks.lmeval.runner import prepass_records
 
-    kwargs = _hook_kwargs(_metadata())
+    kwargs = _hook_kwargs(_metadata(limit))
     config = {TASK: {"metadata": {k: v for k, v in kwargs.items() if k not in ("benchmark", "method")},
                      "dataset_kwargs": {"benchmark": "medqa_usmle", "method": kwargs["method"]}}}
     attached = prepass_records(config)[TASK]
@@ -201,9 +202,10 @@ def test_shards_in_any_order_and_ray_workers_assemble_the_same_packs(own_cache, 
     pytest.importorskip("ray")
     own_cache("ray")
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "3"}
-    with cpu_hog():  # at the workers' priority: `medr2 prepare --ray` starts them at nice 0, not Ray's 15
+    # a busy core beside the workers, at their priority: `medr2 prepare --ray` starts them at nice 0, not Ray's 15
+    with cpu_hog():
         done = subprocess.run([sys.executable, "-m", "medr2_hooks.cli.main", "prepare", "--tasks", TASK,
-                               "--metadata", json.dumps(_metadata()), "--ray", "--workers", "2", "--json"],
+                               "--metadata", json.dumps(_metadata(limit)), "--ray", "--workers", "2", "--json"],
                               env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout)[TASK]
