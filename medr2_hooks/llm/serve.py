@@ -133,8 +133,8 @@ class Served:
 
 def read_body(headers, rfile, max_body: int):
     """A request's JSON body, or :class:`BadRequest` naming what is wrong with it (its length, its bytes, its
-    JSON, a lone surrogate no tokenizer can read). Returns ``(body, close)``: close the connection after
-    answering when the body was not read whole."""
+    JSON, a lone surrogate no tokenizer can read); ``BadRequest.close`` says the body was not read whole, so the
+    connection must close after the answer."""
     length = headers.get("Content-Length")
     if length is None or not length.strip().isascii() or not length.strip().isdigit():
         raise BadRequest(f"Content-Length must be a whole number of bytes, found {length!r}")

@@ -13,7 +13,7 @@ with :func:`register` on that function, as lm-eval registers models::
 The registry is lazy, as lm-eval's: :data:`MODULES` names the module that registers each pipeline, imported the
 first time the pipeline is asked for. A stage that runs without being declared for the method's settings is an
 error (:meth:`Pipeline.check_runs`), and so is a declared stage that calls a model the cost estimate does not count
-(:func:`medr2_hooks.experiments.cost.estimate_run`).
+(:func:`medr2_hooks.experiments.cost.uncounted`).
 """
 
 from __future__ import annotations
