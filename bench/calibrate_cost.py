@@ -5,10 +5,13 @@ questions and demonstrations) and compares, per record:
 
 - **asked**: what each stage was asked (cache hits + misses: questions, (query, document) pairs, documents, sets),
   estimated vs recorded, summed over the stages;
-- **requests / prompt tokens / generated tokens**: the estimate's per-item figures of each stage times the items
-  the record actually computed (its cache misses), against the model usage the record measured (which counts
-  only misses: a warm cache is not a cheaper method);
-- **packed**: the target's mean prompt tokens from the packs vs the estimated evaluation prompt.
+- **requests / prompt tokens / generated tokens**: the counted run's figures per input it computed, per stage,
+  times the inputs the record actually computed (its cache misses), against the model usage the record measured
+  (which counts only misses: a warm cache is not a cheaper method);
+- **packed**: the target's mean prompt tokens from the record's packs vs the counted run's packs.
+
+The estimate runs the pipeline itself against counting stand-ins (``medr2_hooks/experiments/cost_run.py``), here on
+all of the record's questions and demonstrations.
 
     python bench/calibrate_cost.py [--json] [RECORD.json ...]
 
@@ -27,39 +30,31 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# the estimate's line stages -> the record's cache stage
-CACHE_STAGE = {"cot_answer": "cot", "demo_cot_answer": "demo_cot"}
 NO_MODEL = {"retrieve", "own_rank"}  # cached stages that call no language model (searches)
 
 
 def estimate_record(record: dict):
+    """The record's pre-pass counted by running it on all of its questions and demonstrations (no sample)."""
     from medr2_hooks import data
     from medr2_hooks.experiments.cost import count_prepass
-    from medr2_hooks.experiments.cost_sizes import tokens_for
-    from medr2_hooks.experiments.cost_stages import evaluation
     from medr2_hooks.pipeline.config import MethodConfig
 
     cfg = MethodConfig.from_dict(record["config"], "record config")
     pools = data.pools(record["benchmark"])
+    items = [r.public() for r in pools.eval][: record["questions"]]
+    return count_prepass(cfg, record["benchmark"], items, [d.demo() for d in pools.demos][: record["demos"]],
+                         sample=max(len(items), 1), per_label_menus="label_rule" not in record)
     # a record without its label rule was made before served menus were read in one request (one per label then)
-    run = count_prepass(cfg, record["benchmark"], [r.public() for r in pools.eval][: record["questions"]],
-                        [r.public() for r in pools.demos][: record["demos"]], {},
-                        per_label_menus="label_rule" not in record)
-    evaluation(run, tokens_for(cfg.target_tokenizer), "letters", False, 0, True)
-    return run
 
 
 def compare(record: dict) -> dict:
-    run = estimate_record(record)
+    """Per stage, the counted run's figures per computed input times the inputs the record computed (its cache
+    misses: the record's usage counts only those), summed; what each stage was asked; the packed prompt."""
+    counted = estimate_record(record)
     per_stage = defaultdict(lambda: defaultdict(float))
-    for line in run.lines:
-        if line.phase != "prepass":
-            continue
-        stage = CACHE_STAGE.get(line.stage, line.stage)
-        s = per_stage[stage]
-        if line.stage not in CACHE_STAGE:
-            s["items"] += line.items
-            s["paid"] += line.items if line.requests else 0  # LLM-AMT's filter re-asks cached pairs: no requests
+    for line in counted.lines:
+        s = per_stage[line.stage]
+        s["items"] += line.items
         for field in ("requests", "prompt_tokens", "generated_tokens"):
             s[field] += getattr(line, field)
     cache = record["cache"]
@@ -68,17 +63,17 @@ def compare(record: dict) -> dict:
     unestimated = sorted({k.split(":")[0] for k in cache} - set(per_stage) - NO_MODEL)
     for stage, s in per_stage.items():
         hits, misses = cache.get(f"{stage}:hit", 0), cache.get(f"{stage}:miss", 0)
+        paid = counted.cache.get(f"{stage}:miss", 0)  # what the counted run computed (its cache starts empty)
         asked_est += s["items"]
         asked_rec += hits + misses
-        for field in est:  # the per-item figures of what was computed, times what the record computed
-            est[field] += s[field] / s["paid"] * misses if s["paid"] else 0.0
+        for field in est:
+            est[field] += s[field] / paid * misses if paid else 0.0
     usage = record["usage"].values()
     rec = {"requests": sum(u["prompts"] for u in usage), "prompt_tokens": sum(u["prompt_tokens"] for u in usage),
            "generated_tokens": sum(u["generated_tokens"] for u in usage)}
     packed = record.get("packed_tokens") or {}
-    target = [line for line in run.lines if line.phase == "eval"][0]
     return {"unestimated_stages": unestimated, "asked": (asked_est, asked_rec), **{k: (est[k], rec[k]) for k in est},
-            "packed": (target.prompt_tokens_unique / max(target.items, 1), packed.get("mean"))}
+            "packed": (counted.packed, packed.get("mean"))}
 
 
 def error(pair) -> float | None:

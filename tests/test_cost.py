@@ -1,4 +1,5 @@
-"""The cost estimate of ``medr2 sweep --dry-run --json``: counts computed by hand on a small config."""
+"""The cost estimate of ``medr2 sweep --dry-run --json``: the pipeline run against counting stand-ins gives the counts
+computed by hand on a small config."""
 
 from __future__ import annotations
 
@@ -55,22 +56,26 @@ def test_counts_of_a_small_medr2_run_equal_the_hand_computed_ones(tmp_path):
         "prepass:reformulate": (n, n, n * 8),
         "prepass:reference": (n, n, 0),
         "prepass:coarse": (t * n * 4, t * n * 4, 0),  # every (query, passage) pair of the 4 dense hits
-        "prepass:evidence_level": (t * n * k, t * n * k, 0),  # served: one request a menu (9 letters, one token each)
+        # served: one request a menu (9 letters, one token each), one token generated to read its distribution
+        "prepass:evidence_level": (t * n * k, t * n * k, t * n * k),
         "prepass:doc_type": (t * n * k, t * n * k, 0),
         "prepass:usefulness": (t * n, t * n * (k + 1), 0),  # no document, then each of S^c
         "prepass:conflict": (t * n, t * n * pairs, 0),
-        "prepass:cot": (t * n, t * n, t * n * 16),
-        "prepass:cot_answer": (t * n, t * n, 0),
-        "prepass:demo_cot": (1, 1, 16),
-        "prepass:demo_cot_answer": (1, 1, 0),
+        "prepass:cot": (t * n, 2 * t * n, t * n * 16),  # the CoT, then its answer read from the options' menu
+        "prepass:demo_cot": (1, 2, 16),
         "eval:answer": (2, 2 * 5, 0),  # letters: one log-likelihood per option (these MedQA-USMLE items: A-E)
     }
     assert {stage: (s["items"], s["requests"], s["generated"]) for stage, s in got.items()} == expected
-    line = {x.stage: x for x in lines}
-    # a served menu sends its prompt once; computed once
-    assert line["evidence_level"].prompt_tokens == pytest.approx(line["evidence_level"].prompt_tokens_unique)
-    # the proxy's k + 1 prompts of a question are all different (no document, then each document)
-    assert line["usefulness"].prompt_tokens == pytest.approx(line["usefulness"].prompt_tokens_unique)
+    sent = {x.stage: [0.0, 0.0] for x in lines}
+    for x in lines:
+        sent[x.stage][0] += x.prompt_tokens
+        sent[x.stage][1] += x.prompt_tokens_unique
+    # a served menu sends its prompt once, computed once (every judged document is new)
+    assert sent["evidence_level"][0] == pytest.approx(sent["evidence_level"][1])
+    # the proxy's no-document prompt of a question comes back in iteration 2: a prefix cache computes it once
+    first = [x for x in lines if x.stage == "usefulness"][0]
+    assert first.prompt_tokens == pytest.approx(first.prompt_tokens_unique)
+    assert sent["usefulness"][1] < sent["usefulness"][0]
 
 
 def test_a_served_menu_of_long_names_is_a_request_per_label_computed_whole(tmp_path):
@@ -82,8 +87,9 @@ def test_a_served_menu_of_long_names_is_a_request_per_label_computed_whole(tmp_p
 
 
 def test_prompt_tokens_are_the_stages_own_prompts_on_the_runs_items(tmp_path):
-    """The classifier's tokens: both menus rendered on each question (and the demonstration), one answer token each."""
-    from medr2_hooks.classify import ebm_prompt, qtype_prompt
+    """The classifier's tokens: both menus rendered on each question (and the demonstration), scored in one pass with
+    each label's letter (one token each), as the hf backend counts them."""
+    from medr2_hooks.classify import EBM_CATEGORIES, QUESTION_TYPES, ebm_prompt, qtype_prompt
     from medr2_hooks.experiments.cost_sizes import tokens_for
     from medr2_hooks.prepass.spec import build_spec
 
@@ -92,7 +98,8 @@ def test_prompt_tokens_are_the_stages_own_prompts_on_the_runs_items(tmp_path):
     spec = build_spec("medqa_usmle", method="medr2", limit=2, **{k: v for k, v in run.metadata.items()})
     questions = [r.question for r in spec.eval_records + spec.demos]
     tok = tokens_for("embedded:gemma-270m")
-    by_hand = sum(tok.count([ebm_prompt(q)])[0] + 1 + tok.count([qtype_prompt(q)])[0] + 1 for q in questions)
+    by_hand = sum(tok.count([ebm_prompt(q)])[0] + len(EBM_CATEGORIES) + tok.count([qtype_prompt(q)])[0] +
+                  len(QUESTION_TYPES) for q in questions)
     (classify,) = [line for line in lines if line.stage == "classify"]
     assert classify.prompt_tokens == pytest.approx(by_hand)
     assert tok.stand_in is False and "counted with" not in tok.describe()

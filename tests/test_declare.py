@@ -12,6 +12,7 @@ from medr2_hooks import methods
 from medr2_hooks.pipeline import declare
 from medr2_hooks.pipeline.config import ROLES, MethodConfig
 from medr2_hooks.pipeline.declare import Stage, pipeline
+from medr2_hooks.pipeline.shapes import STAGE_SHAPES
 
 TOY = Stage("toy_grader", "rerank", ("leveler",), "selected evidence", "a toy grade per document")
 
@@ -51,9 +52,50 @@ def test_a_toy_stage_is_one_declaration_the_registry_roles_run_and_estimate_all_
     with m.stage("toy_grader"):
         pass
     assert "toy_grader" in m.timings
-    # the dry-run refuses an estimate that leaves out a declared stage that calls a model
-    with pytest.raises(RuntimeError, match="does not count stage.*toy_grader"):
+    # a stage declared to call a model that the counted run never asked is an error: declaration and code disagree
+    with pytest.raises(RuntimeError, match="declares stage.*toy_grader.*asked no model there"):
         uncounted(vanilla, [], demos=False)
+
+
+def test_a_toy_stage_that_runs_is_counted_by_the_dry_run_with_no_change_to_the_estimate(with_toy, tmp_path,
+                                                                                       monkeypatch):
+    """Issue 42.2: the dry-run runs the pipeline's own stages, so a stage added to the code and its declaration (here:
+    the leveler grading each ranked document once more) is in the estimate, counted as it runs; removed,
+    it is gone. Nothing in medr2_hooks/experiments changes."""
+    from medr2_hooks.experiments.config import load_experiment
+    from medr2_hooks.experiments.cost import run_lines
+    from medr2_hooks.experiments.expand import expand
+    from medr2_hooks.llm.closed_set import label_distribution
+    from medr2_hooks.pipeline.medr2 import MedR2
+    from medr2_hooks.retrieve.build import ensure_index
+
+    ensure_index("textbooks_demo")
+    path = tmp_path / "toy.yaml"
+    path.write_text("name: toy\nmodels: [{name: gemma-270m, model: 'embedded:gemma-270m'}]\nmethods: [vanilla_rag]\n"
+                    "benchmarks: [medqa_usmle]\nlimit: 2\nmethod_override: {retrievers: [dense], retrieve_k: 4, "
+                    "coarse_k: 3}\n")
+    (plan,) = expand(load_experiment(str(path)))
+
+    def graded(m, questions, labels, refs, coarse):  # the toy stage: the leveler's yes/no on each ranked document
+        ranked = fine(m, questions, labels, refs, coarse)
+        m.cached("toy_grader", [h["text"] for hits in ranked for h in hits], {"model": m.ids["leveler"]},
+                 lambda texts: [float(p[0]) for p in label_distribution(
+                     m.llm("leveler"), [f"{t}\nIs this sound evidence? Answer:" for t in texts], ["yes", "no"],
+                     role="toy")])
+        return ranked
+
+    fine = MedR2.fine
+    monkeypatch.setattr(MedR2, "fine", graded)
+    monkeypatch.setitem(STAGE_SHAPES, "toy_grader", float)
+    lines, assumptions = run_lines(plan)
+    toy = [line for line in lines if line.stage == "toy_grader"]
+    # every question and demonstration, the 3 documents of S^c each: one request a document (hf: one pass a menu)
+    asked = 3 * (assumptions["items"] + assumptions["demonstrations"])
+    assert {line.role for line in toy} == {"leveler"}
+    assert sum(line.items for line in toy) == sum(line.requests for line in toy) == asked
+    assert sum(line.prompt_tokens for line in toy) > 20 * asked
+    monkeypatch.undo()  # the stage and its declaration removed: vanilla RAG calls no model again
+    assert not [line for line in run_lines(plan)[0] if line.phase == "prepass"]
 
 
 def test_a_stage_that_runs_undeclared_is_an_error(tmp_path):

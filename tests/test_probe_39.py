@@ -233,7 +233,7 @@ def _edit(folder: Path, change) -> None:
 def test_throughputs_are_finite_rates_of_the_sweeps_roles():
     from medr2_hooks.config import ConfigError
     from medr2_hooks.experiments.cost import check_throughput_keys, parse_throughputs
-    from medr2_hooks.experiments.cost_stages import Line
+    from medr2_hooks.experiments.cost_eval import Line
 
     for bad in ("cot=nan", "cot=inf", "cot=1e-300", "cot=-5", "cot=0", "cot=2000:nan", "cot=", "cot", "=100"):
         with pytest.raises(ConfigError, match="finite numbers of tokens/s"):

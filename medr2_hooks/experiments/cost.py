@@ -2,8 +2,10 @@
 prompt tokens and generated tokens of the pre-pass and the evaluation per role and model, and GPU-hours at the
 throughputs given (``--throughput ROLE=TOKENS_PER_S`` or the experiment's ``throughput:`` table).
 
-The counting model is :mod:`.cost_stages` (its docstring says what is measured and what is a ceiling);
-``bench/calibrate_cost.py`` compares it with the requests and tokens the committed pre-pass records measured.
+The pre-pass is counted by running the pipeline's own stages against counting stand-ins (:mod:`.cost_run`: its
+docstring says what is measured and what is a ceiling); the evaluation from the prompts the target is sent
+(:mod:`.cost_eval`). ``bench/calibrate_cost.py`` compares the estimate with what committed pre-pass records
+measured.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from functools import lru_cache
 
 from .. import data, methods
 from ..config import key_values, target_model
-from .cost_sizes import tokens_for, unit_size
-from .cost_stages import LM_EVAL_MAX_GEN_TOKS, Line, Counting, evaluation, prepass
+from .cost_eval import LM_EVAL_MAX_GEN_TOKS, Line, evaluation
+from .cost_sizes import tokens_for
 from .expand import Run
 from .throughput import check_throughput_keys, parse_throughputs  # noqa: F401  (the estimate's rates; re-exported)
 
@@ -34,52 +36,59 @@ def max_gen_toks(run: Run) -> int:
 def run_lines(run: Run) -> tuple[list[Line], dict]:
     """Every line of one run and the assumptions behind them."""
     target = tokens_for(target_name(run))
-    base = {"benchmark": run.benchmark, "limit": run.limit}
-    if methods.method(run.method).retrieval:
+    named = methods.method(run.method)
+    assumptions: dict = {}
+    lines: list[Line] = []
+    packed = None
+    if named.retrieval:
         from ..prepass.spec import prepass_spec
 
         metadata = {k: v for k, v in run.metadata.items() if k != "judge"}
         spec = prepass_spec(run.benchmark, method=run.method, scoring=run.scoring, limit=run.limit,
                             target=target.model, **metadata)
-        counting = count_prepass(spec.cfg, run.benchmark, [r.public() for r in spec.eval_records],
-                                 [d.public() for d in spec.demos], base)
+        items = [r.public() for r in spec.eval_records]
+        counted = count_prepass(spec.cfg, run.benchmark, items, [d.demo() for d in spec.demos], run.scoring,
+                                named.answer)
+        lines, assumptions, packed = counted.lines, counted.assumptions, counted.packed
+        assumptions["demonstrations"] = len(spec.demos)
     else:
         cases = run.metadata.get("cases_file")  # a path, or {benchmark: path} (lm-eval's shared --metadata)
-        questions = _questions(run.benchmark, cases.get(run.benchmark) if isinstance(cases, dict) else cases)
-        counting = Counting(None, run.benchmark, list(questions[: run.limit]), [], base)
-    named = methods.method(run.method)
-    evaluation(counting, target, run.scoring, run.apply_chat_template, max_gen_toks(run), named.retrieval,
-               named.answer)
-    counting.assumptions["items"] = len(counting.items)
-    counting.assumptions["demonstrations"] = len(counting.demos)
-    counting.assumptions["target_tokens"] = target.describe()
-    return counting.lines, counting.assumptions
+        items = list(_questions(run.benchmark, cases.get(run.benchmark) if isinstance(cases, dict) else cases))
+        items = items[: run.limit]
+        assumptions["demonstrations"] = 0
+    lines.append(evaluation(run.benchmark, items, target, run.scoring, run.apply_chat_template, max_gen_toks(run),
+                            named.answer, packed))
+    assumptions["items"] = len(items)
+    assumptions["target_tokens"] = target.describe()
+    return lines, assumptions
 
 
-def count_prepass(cfg, benchmark: str, items: list, demos: list, share_base: dict,
-                  per_label_menus: bool = False) -> Counting:
-    """The pre-pass lines of a method config over ``items``; Alg. 2 also runs the demonstrations (LLM-AMT's reader
-    is zero-shot). ``per_label_menus``: count served menus as they were read before one request per menu (what the
-    calibration compares records made then with)."""
-    counting = Counting(cfg, benchmark, items, demos if cfg.pipeline == "medr2" else [], share_base, per_label_menus)
-    counting.unit, counting.assumptions["unit_tokens"] = unit_size(cfg.index, cfg.unit, cfg.target_tokenizer)
-    prepass(counting)
-    uncounted(cfg, counting.lines, bool(counting.demos))
-    return counting
+def count_prepass(cfg, benchmark: str, items: list, demos: list, scoring: str = "letters",
+                  answer: str = "default", sample: int | None = None, per_label_menus: bool = False):
+    """The pre-pass of a method config over ``items`` (public questions) and ``demos`` (Demo), counted by running it
+    (:func:`.cost_run.count_prepass`) on a sample, or with ``sample`` on that many questions and every demonstration;
+    a declared model-calling stage the run never asked is an error."""
+    from .cost_run import SAMPLE_DEMOS, SAMPLE_ITEMS
+    from .cost_run import count_prepass as run_counted
+
+    counted = run_counted(cfg, benchmark, items, demos, scoring, answer, sample or SAMPLE_ITEMS, per_label_menus,
+                          len(demos) if sample else SAMPLE_DEMOS)
+    uncounted(cfg, counted.lines, bool(demos))
+    return counted
 
 
 def uncounted(cfg, lines: list[Line], demos: bool) -> None:
-    """Every stage the pipeline declares active that calls a model must have lines: a stage added to the
-    declaration (:mod:`medr2_hooks.pipeline.declare`) without its counting is an error here, not a low estimate."""
+    """Every stage the pipeline declares active that calls a model must have been asked in the counted run: a
+    declaration whose ``when`` the code does not follow (a stage declared and never run) is an error here."""
     from ..pipeline.declare import pipeline
 
     counted = {line.stage for line in lines}
     missing = [s.name for s in pipeline(cfg.pipeline).active(cfg)
                if s.roles and s.name not in counted and (demos or not s.demos)]
     if missing:
-        raise RuntimeError(f"the cost estimate does not count stage(s) {', '.join(sorted(set(missing)))} that "
-                           f"pipeline {cfg.pipeline!r} declares for method {cfg.method!r}: count them in "
-                           "medr2_hooks/experiments/cost_stages.py")
+        raise RuntimeError(f"pipeline {cfg.pipeline!r} declares stage(s) {', '.join(sorted(set(missing)))} for "
+                           f"method {cfg.method!r}, but running it asked no model there: the declaration "
+                           "(medr2_hooks.pipeline) does not say what the code does")
 
 
 @lru_cache(maxsize=64)
@@ -127,13 +136,12 @@ def estimate(runs: list[Run], throughputs: dict | None = None) -> tuple[list[dic
 
     throughputs = throughputs or {}
     per_run, seen, total_lines, shared, unavailable, sizes = [], set(), [], 0, [], {"measured": {}, "assumed": {}}
-    for run in runs:
-        try:
-            lines, assumptions = run_lines(run)
-        except DataError as exc:  # a benchmark whose files are not here: the plan stays, this cell has no estimate
+    for run, counted in zip(runs, _counted(runs)):
+        if isinstance(counted, DataError):  # a benchmark whose files are not here: the plan stays, no estimate
             per_run.append(None)
-            unavailable.append({"run": run.name, "reason": str(exc)})
+            unavailable.append({"run": run.name, "reason": str(counted)})
             continue
+        lines, assumptions = counted
         measured = size_sources(assumptions)
         for kind in sizes:
             sizes[kind].update(measured[kind])
@@ -151,6 +159,47 @@ def estimate(runs: list[Run], throughputs: dict | None = None) -> tuple[list[dic
     if unavailable:
         total["runs_without_estimate"] = unavailable
     return per_run, total
+
+
+PARALLEL_FROM = 8  # retrieval runs from which the pre-passes are counted in worker processes
+
+
+def _lines_or_unavailable(group: list[Run]) -> list:
+    from ..errors import DataError
+
+    out = []
+    for run in group:
+        try:
+            out.append(run_lines(run))
+        except DataError as exc:
+            out.append(exc)
+    return out
+
+
+def _counted(runs: list[Run]) -> list:
+    """Each run's ``(lines, assumptions)`` (a DataError where its data is not here). Runs that differ only in their
+    model are counted together (one counted pre-pass serves those whose roles count alike); a sweep with many
+    retrieval runs counts its groups in one fresh process per CPU (``$MEDR2_THREADS``)."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from ..settings import threads
+
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(runs):
+        groups.setdefault((r.method, r.benchmark, r.window, r.scoring, r.limit), []).append(i)
+    batches = [[runs[i] for i in idx] for idx in groups.values()]
+    workers = min(threads(), len(batches))
+    if workers < 2 or sum(methods.method(r.method).retrieval for r in runs) < PARALLEL_FROM:
+        done = [_lines_or_unavailable(b) for b in batches]
+    else:
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+            done = list(pool.map(_lines_or_unavailable, batches))
+    out: list = [None] * len(runs)
+    for idx, results in zip(groups.values(), done):
+        for i, result in zip(idx, results):
+            out[i] = result
+    return out
 
 
 def size_sources(assumptions: dict) -> dict[str, dict[str, str]]:
