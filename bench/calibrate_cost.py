@@ -10,7 +10,10 @@ questions and demonstrations) and compares, per record:
   only misses: a warm cache is not a cheaper method);
 - **packed**: the target's mean prompt tokens from the packs vs the estimated evaluation prompt.
 
-    python bench/calibrate_cost.py [--json] [RECORD.json ...]
+    python bench/calibrate_cost.py [--json] [--run-pipeline] [RECORD.json ...]
+
+``--run-pipeline``: the same comparison for the pipeline itself run against counting stand-ins (what
+``medr2_hooks.experiments.cost.check_model`` holds the model to).
 
 Prints one row per record and the median absolute error per column; within ±25% is the goal.
 """
@@ -49,7 +52,8 @@ def estimate_record(record: dict):
     return run
 
 
-def compare(record: dict) -> dict:
+def modelled(record: dict) -> tuple[dict, float]:
+    """Per cache stage, the counting model's items asked, items paid for and figures; its evaluation prompt."""
     run = estimate_record(record)
     per_stage = defaultdict(lambda: defaultdict(float))
     for line in run.lines:
@@ -62,6 +66,36 @@ def compare(record: dict) -> dict:
             s["paid"] += line.items if line.requests else 0  # LLM-AMT's filter re-asks cached pairs: no requests
         for field in ("requests", "prompt_tokens", "generated_tokens"):
             s[field] += getattr(line, field)
+    target = [line for line in run.lines if line.phase == "eval"][0]
+    return per_stage, target.prompt_tokens_unique / max(target.items, 1)
+
+
+def executed(record: dict) -> tuple[dict, float | None]:
+    """The same from the pipeline itself run on the record's questions and demonstrations against counting
+    stand-ins (medr2_hooks/experiments/cost_run.py): paid = the inputs its (empty) cache computed."""
+    from medr2_hooks import data
+    from medr2_hooks.experiments.cost_run import count_prepass
+    from medr2_hooks.pipeline.config import MethodConfig
+
+    cfg = MethodConfig.from_dict(record["config"], "record config")
+    pools = data.pools(record["benchmark"])
+    items = [r.public() for r in pools.eval][: record["questions"]]
+    demos = [d.demo() for d in pools.demos][: record["demos"]]
+    counted = count_prepass(cfg, record["benchmark"], items, demos, sample=max(len(items), 1),
+                            sample_demos=len(demos), per_label_menus="label_rule" not in record)
+    per_stage = defaultdict(lambda: defaultdict(float))
+    for line in counted.lines:
+        s = per_stage[line.stage]
+        s["items"] += line.items
+        for field in ("requests", "prompt_tokens", "generated_tokens"):
+            s[field] += getattr(line, field)
+    for stage, s in per_stage.items():
+        s["paid"] = counted.cache.get(f"{stage}:miss", 0)
+    return per_stage, counted.packed
+
+
+def compare(record: dict, run_pipeline: bool = False) -> dict:
+    per_stage, packed_estimate = (executed if run_pipeline else modelled)(record)
     cache = record["cache"]
     asked_est = asked_rec = 0.0
     est = dict.fromkeys(("requests", "prompt_tokens", "generated_tokens"), 0.0)
@@ -76,9 +110,8 @@ def compare(record: dict) -> dict:
     rec = {"requests": sum(u["prompts"] for u in usage), "prompt_tokens": sum(u["prompt_tokens"] for u in usage),
            "generated_tokens": sum(u["generated_tokens"] for u in usage)}
     packed = record.get("packed_tokens") or {}
-    target = [line for line in run.lines if line.phase == "eval"][0]
     return {"unestimated_stages": unestimated, "asked": (asked_est, asked_rec), **{k: (est[k], rec[k]) for k in est},
-            "packed": (target.prompt_tokens_unique / max(target.items, 1), packed.get("mean"))}
+            "packed": (packed_estimate, packed.get("mean"))}
 
 
 def error(pair) -> float | None:
@@ -90,6 +123,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("records", nargs="*", help="pre-pass records (default: every results/prepass/*.json)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--run-pipeline", action="store_true",
+                        help="count by running the pipeline itself against counting stand-ins (cost_run.py) instead "
+                             "of the dry-run's model")
     args = parser.parse_args()
     paths = [Path(p) for p in args.records] or sorted((ROOT / "results" / "prepass").glob("*.json"))
     rows = []
@@ -97,7 +133,7 @@ def main() -> int:
         record = json.loads(path.read_text(encoding="utf-8"))
         if not record.get("usage") and not any(v for k, v in record.get("cache", {}).items() if k.endswith(":miss")):
             continue
-        rows.append({"record": path.name, **compare(record)})
+        rows.append({"record": path.name, **compare(record, args.run_pipeline)})
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0

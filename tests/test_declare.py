@@ -12,6 +12,7 @@ from medr2_hooks import methods
 from medr2_hooks.pipeline import declare
 from medr2_hooks.pipeline.config import ROLES, MethodConfig
 from medr2_hooks.pipeline.declare import Stage, pipeline
+from medr2_hooks.pipeline.shapes import STAGE_SHAPES
 
 TOY = Stage("toy_grader", "rerank", ("leveler",), "selected evidence", "a toy grade per document")
 
@@ -93,3 +94,78 @@ def test_each_methods_estimate_counts_every_declared_stage_that_calls_a_model(tm
         declared = {s.name for s in pipeline(cfg.pipeline).active(cfg)}
         counted = {line.stage.removesuffix("_answer") for line in lines if line.phase == "prepass"}
         assert counted <= declared, (run.method, counted - declared)
+
+
+def _specs(tmp_path, methods_: list[str]):
+    """Each method's pre-pass spec on two MedQA-USMLE questions and one demonstration over the demo index."""
+    from medr2_hooks.experiments.config import load_experiment
+    from medr2_hooks.experiments.cost import target_name
+    from medr2_hooks.experiments.cost_sizes import tokens_for
+    from medr2_hooks.experiments.expand import expand
+    from medr2_hooks.prepass.spec import prepass_spec
+    from medr2_hooks.retrieve.build import ensure_index
+
+    ensure_index("textbooks_demo")
+    path = tmp_path / "methods.yaml"
+    path.write_text("name: methods\nmodels: [{name: gemma-270m, model: 'embedded:gemma-270m'}]\n"
+                    f"methods: [{', '.join(methods_)}]\nbenchmarks: [medqa_usmle]\nlimit: 2\n"
+                    "method_override: {retrievers: [dense], retrieve_k: 4, coarse_k: 3, iterations: 2, max_demos: 1}\n")
+    for run in expand(load_experiment(str(path))):
+        spec = prepass_spec(run.benchmark, method=run.method, scoring=run.scoring, limit=run.limit,
+                            target=tokens_for(target_name(run)).model, **run.metadata)
+        yield run, spec
+
+
+def test_the_dry_runs_model_counts_what_every_method_runs(tmp_path):
+    """Issue 42.2: every retrieval method of the registry, its pipeline run against counting stand-ins
+    (medr2_hooks/experiments/cost_run.py) on the questions the dry-run's model counts: the same requests per stage."""
+    from medr2_hooks.experiments.cost import check_model
+
+    retrieval = [n for n, m in methods.METHODS.items() if m.retrieval]
+    for run, spec in _specs(tmp_path, retrieval):
+        rows = check_model(spec.cfg, run.benchmark, [r.public() for r in spec.eval_records],
+                           [d.demo() for d in spec.demos], run.scoring, methods.method(run.method).answer)
+        assert all(m == r for m, r in rows.values()), (run.method, rows)
+        if spec.cfg.rerank and spec.cfg.pipeline == "medr2":
+            assert rows["evidence_level"][1] > 0, run.method
+
+
+def test_a_stage_that_runs_and_that_the_estimate_does_not_count_fails_the_check(with_toy, tmp_path, monkeypatch):
+    """A stage added to the code and its declaration (here: the leveler grading each ranked document once more) runs
+    in the counted pipeline; the dry-run's model, not told, is refused by name."""
+    from medr2_hooks.experiments.cost import check_model
+    from medr2_hooks.llm.closed_set import label_distribution
+    from medr2_hooks.pipeline.medr2 import MedR2
+
+    def graded(m, questions, labels, refs, coarse):
+        ranked = fine(m, questions, labels, refs, coarse)
+        m.cached("toy_grader", [h["text"] for hits in ranked for h in hits], {"model": m.ids["leveler"]},
+                 lambda texts: [float(p[0]) for p in label_distribution(
+                     m.llm("leveler"), [f"{t}\nIs this sound evidence? Answer:" for t in texts], ["yes", "no"],
+                     role="toy")])
+        return ranked
+
+    fine = MedR2.fine
+    monkeypatch.setattr(MedR2, "fine", graded)
+    monkeypatch.setitem(STAGE_SHAPES, "toy_grader", float)
+    ((run, spec),) = _specs(tmp_path, ["medr2"])
+    with pytest.raises(RuntimeError, match="toy_grader"):
+        check_model(spec.cfg, run.benchmark, [r.public() for r in spec.eval_records], [d.demo() for d in spec.demos])
+
+
+def test_a_stage_that_asks_otherwise_than_the_estimate_counts_fails_the_check(tmp_path, monkeypatch):
+    """The conflict judge changed to judge each pair in both orders: the pipeline sends twice the requests the
+    dry-run's model counts, and the check says so with both figures."""
+    from medr2_hooks.experiments.cost import check_model
+    from medr2_hooks.rerank import fine
+
+    def both_orders(backend, document_sets, cfg):
+        fine_conflicts(backend, [list(reversed(docs[: cfg.top])) for docs in document_sets], cfg)
+        return fine_conflicts(backend, document_sets, cfg)
+
+    fine_conflicts = fine.conflicts
+    monkeypatch.setattr(fine, "conflicts", both_orders)
+    ((run, spec),) = _specs(tmp_path, ["medr2"])
+    # 2 questions + 1 demonstration, 2 iterations, 3 pairs among the 3 documents of S^c: 18 judgements, asked twice
+    with pytest.raises(RuntimeError, match=r"conflict \(model 18, run 36\)"):
+        check_model(spec.cfg, run.benchmark, [r.public() for r in spec.eval_records], [d.demo() for d in spec.demos])

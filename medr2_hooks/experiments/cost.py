@@ -82,6 +82,30 @@ def uncounted(cfg, lines: list[Line], demos: bool) -> None:
                            "medr2_hooks/experiments/cost_stages.py")
 
 
+def check_model(cfg, benchmark: str, items: list, demos: list, scoring: str = "letters",
+                answer: str = "default") -> dict[str, tuple[float, float]]:
+    """The counting model the dry-run uses against the pipeline itself run on the same questions and demonstrations
+    (``demos``: :class:`~medr2_hooks.data.record.Demo`) with counting stand-ins (:mod:`.cost_run`):
+    ``{stage: (requests counted by the model, requests the run sent)}``. A RuntimeError names every stage the run
+    asks a model in that the model does not count, or counts with other requests (beyond 1%)."""
+    from .cost_run import count_prepass as run_counted
+
+    ran = run_counted(cfg, benchmark, items, demos, scoring, answer, sample=max(len(items), 1),
+                      sample_demos=len(demos))
+    modelled = count_prepass(cfg, benchmark, items, [d.question for d in demos], {})
+    out: dict[str, list[float]] = {}
+    for i, lines in enumerate((modelled.lines, ran.lines)):
+        for line in lines:
+            out.setdefault(line.stage.removesuffix("_answer"), [0.0, 0.0])[i] += line.requests
+    wrong = [f"{stage} (model {m:,.0f}, run {r:,.0f})" for stage, (m, r) in sorted(out.items())
+             if abs(m - r) > 0.01 * max(r, 1)]
+    if wrong:
+        raise RuntimeError(f"the cost estimate's model of pipeline {cfg.pipeline!r} (method {cfg.method!r}) does not "
+                           f"count what the pipeline runs: {'; '.join(wrong)}; count it in "
+                           "medr2_hooks/experiments/cost_stages.py")
+    return {stage: (m, r) for stage, (m, r) in out.items()}
+
+
 @lru_cache(maxsize=64)
 def _questions(benchmark: str, cases_file: str | None) -> tuple:
     """A benchmark's evaluation questions (options, no answers), loaded once per dry-run."""

@@ -42,10 +42,18 @@ class Tokens:
     def mean(self, texts: list[str]) -> float:
         return float(np.mean(self.count(texts))) if texts else 0.0
 
-    def chat(self, user: str) -> str:
-        """``user`` as one chat turn under the tokenizer's template (plain text when it has none), as the
-        backends' ``chat`` renders it."""
-        return _chat(self.used, user)
+    def chat(self, user: str, system: str | None = None) -> str:
+        """``user`` as one chat turn (after ``system``) under the tokenizer's template (plain text when it has
+        none), as the backends' ``chat`` renders it."""
+        return _chat(self.used, user, system)
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """``text`` cut to its first ``max_tokens`` tokens, as the backends' ``truncate``."""
+        return _truncate(self.used, text, max_tokens)
+
+    @property
+    def tokenizer(self):
+        return _tokenizer(self.used)
 
 
 @lru_cache(maxsize=16)
@@ -59,17 +67,26 @@ def tokens_for(model: str) -> Tokens:
 
 
 @lru_cache(maxsize=65536)
-def _chat(tokenizer: str, user: str) -> str:
+def _chat(tokenizer: str, user: str, system: str | None = None) -> str:
     tok = _tokenizer(tokenizer)
     if not getattr(tok, "chat_template", None):
-        return user
-    return tok.apply_chat_template([{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True)
+        return f"{system}\n\n{user}" if system else user
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 @lru_cache(maxsize=4096)
 def _count(tokenizer: str, texts: tuple[str, ...]) -> tuple[int, ...]:
     """Token counts of ``texts`` (remembered: a sweep's runs render the same prompts over the same items)."""
     return tuple(len(ids) for ids in _tokenizer(tokenizer)(list(texts), add_special_tokens=False)["input_ids"])
+
+
+@lru_cache(maxsize=65536)
+def _truncate(tokenizer: str, text: str, max_tokens: int) -> str:
+    """(Remembered: each judge cuts the same document to the same length.)"""
+    tok = _tokenizer(tokenizer)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    return text if len(ids) <= max_tokens else tok.decode(ids[:max_tokens])
 
 
 @lru_cache(maxsize=16)
@@ -91,23 +108,33 @@ def _built(index: str) -> bool:
     return (index_dir(index) / "manifest.json").is_file()
 
 
-@lru_cache(maxsize=32)
-def unit_size(index: str, unit: str, tokenizer: str) -> tuple[float, str]:
-    """Mean tokens of one evidence unit of ``index`` under ``tokenizer``, and where the figure comes from."""
+@lru_cache(maxsize=8)
+def passage_sample(index: str) -> tuple[tuple[str, ...], int] | None:
+    """Up to 1,000 passages spread evenly over a built index, and how many it has (None: not built here)."""
     from ..corpus.store import CorpusStore
     from ..retrieve.build import index_dir
-    from .budget import unit_tokens
 
-    if unit != "passage" or not _built(index):
-        return unit_tokens(index, unit)
+    if not _built(index):
+        return None
     store = CorpusStore(index_dir(index) / "corpus")
     try:
         n = len(store.passages)
         pids = np.unique(np.linspace(0, n - 1, min(n, SAMPLE_PASSAGES)).astype(int))
-        texts = store.passage_texts(pids.tolist())
+        return tuple(store.passage_texts(pids.tolist())), n
     finally:
         store.close()
-    return tokens_for(tokenizer).mean(texts), f"index {index}: {len(texts)} of {n} passages measured"
+
+
+@lru_cache(maxsize=32)
+def unit_size(index: str, unit: str, tokenizer: str) -> tuple[float, str]:
+    """Mean tokens of one evidence unit of ``index`` under ``tokenizer``, and where the figure comes from."""
+    from .budget import unit_tokens
+
+    sample = passage_sample(index) if unit == "passage" else None
+    if sample is None:
+        return unit_tokens(index, unit)
+    texts, n = sample
+    return tokens_for(tokenizer).mean(list(texts)), f"index {index}: {len(texts)} of {n} passages measured"
 
 
 @lru_cache(maxsize=64)

@@ -270,10 +270,8 @@ class MedR2:
         stage, shared by Med-R²'s coarse rerank and LLM-AMT's refiner (which always passes ``llm``: its paper's
         relevance filter is an LLM yes/no judge)."""
         if (scorer or self.cfg.coarse) == "cross_encoder":
-            from ..rerank.coarse import CrossEncoderReranker
-
             model_id = f"cross_encoder:{self.cfg.cross_encoder}"
-            make = lambda: CrossEncoderReranker(self.cfg.cross_encoder)  # noqa: E731
+            make = self.cross_encoder
         else:
             from ..rerank.coarse import LLMReranker
 
@@ -293,6 +291,12 @@ class MedR2:
             config["max_length"] = "model"  # the model's own maximum (was 512 tokens)
         scores = iter(self.cached("coarse", pairs, config, compute, batch_size=128))
         return [[next(scores) for _ in hits] for hits in candidates]
+
+    def cross_encoder(self):
+        """The coarse cross-encoder (the cost estimate's counting run counts its pairs instead of loading it)."""
+        from ..rerank.coarse import CrossEncoderReranker
+
+        return CrossEncoderReranker(self.cfg.cross_encoder)
 
     def rerank_queries(self, questions: list[str], queries: list[str]) -> list[str]:
         """What relevance is judged against (``rerank_query``): the current retrieval query, or the question."""
