@@ -81,8 +81,7 @@ def executed(record: dict) -> tuple[dict, float | None]:
     pools = data.pools(record["benchmark"])
     items = [r.public() for r in pools.eval][: record["questions"]]
     demos = [d.demo() for d in pools.demos][: record["demos"]]
-    counted = count_prepass(cfg, record["benchmark"], items, demos, sample=max(len(items), 1),
-                            sample_demos=len(demos), per_label_menus="label_rule" not in record)
+    counted = count_prepass(cfg, record["benchmark"], items, demos, per_label_menus="label_rule" not in record)
     per_stage = defaultdict(lambda: defaultdict(float))
     for line in counted.lines:
         s = per_stage[line.stage]

@@ -90,8 +90,7 @@ def check_model(cfg, benchmark: str, items: list, demos: list, scoring: str = "l
     asks a model in that the model does not count, or counts with other requests (beyond 1%)."""
     from .cost_run import count_prepass as run_counted
 
-    ran = run_counted(cfg, benchmark, items, demos, scoring, answer, sample=max(len(items), 1),
-                      sample_demos=len(demos))
+    ran = run_counted(cfg, benchmark, items, demos, scoring, answer)
     modelled = count_prepass(cfg, benchmark, items, [d.question for d in demos], {})
     out: dict[str, list[float]] = {}
     for i, lines in enumerate((modelled.lines, ran.lines)):

@@ -19,12 +19,7 @@ stages that run, as they run. The dry-run's fast counting model (:mod:`.cost_sta
   size: passages sampled from a built index, else the benchmark's own question text cut to the recipe's planning
   size.
 - **Cache**: an in-memory stage cache, so work a run repeats is free as it is in the real run (LLM-AMT's relevance
-  filter finds the coarse rerank's judgements). Each cached call's key (stage, settings, inputs) is its lines'
-  ``share`` key: two runs of a sweep whose calls are identical do that work once, as the stage cache would.
-- **Sample**: up to :data:`SAMPLE_ITEMS` evaluation questions spread evenly over the run's and
-  :data:`SAMPLE_DEMOS` demonstrations, repeated to the pool's size (a repeat is answered from the run's cache, so
-  it costs nothing, yet packing fits as many shots as the real pool offers); each line is scaled to the run's
-  questions and demonstrations (a demonstration-only stage: to its demonstrations).
+  filter finds the coarse rerank's judgements).
 """
 
 from __future__ import annotations
@@ -35,7 +30,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ..cache import StageCache, stable_hash
+from ..cache import StageCache
 from ..llm.backend import Usage
 from ..pipeline.config import ROLES
 from ..pipeline.declare import pipeline
@@ -45,26 +40,23 @@ from ..retrieve.searcher import Hit
 from .cost_stages import Line
 from .cost_sizes import SAMPLE_QUERIES, Tokens, passage_sample, tokens_for, union_size, unit_size
 
-SAMPLE_ITEMS = 2  # evaluation questions run through the pipeline (evenly spaced over the run's)
-SAMPLE_DEMOS = 1  # demonstrations run through it (repeated to the pool's size, so packing sees every shot)
 # generated text: medical words without stop strings (no newline, no full stop)
 FILLER = "the patient presents with acute pain and fever and raised inflammatory markers suggesting infection "
 CEILING_CHOICE = {"conflict_judge": -1}  # the answer that keeps every document: "no" conflict; else the first label
 
 
 class Ledger:
-    """What the counting run sent, per cached call (its stage and share key) and role."""
+    """What the counting run sent, per stage and role."""
 
     def __init__(self):
         self.stage: str | None = None
-        self.share: str | None = None
-        # (stage, share, role) -> [requests, prompt tokens, computed prompt tokens, generated]; the role's model and
-        # server are the run's own (a counted run may stand for several runs whose models count alike)
+        # (stage, role, model, endpoint) -> [requests, prompt tokens, computed prompt tokens, generated]
         self.usage: dict[tuple, list[float]] = defaultdict(lambda: [0.0] * 4)
-        self.asked: dict[tuple[str, str], int] = defaultdict(int)  # (stage, share) -> inputs asked (hits + misses)
+        self.asked: dict[str, int] = defaultdict(int)  # stage -> distinct inputs asked per call (hits + misses)
 
-    def add(self, role: str, requests: float, sent: float, computed: float, generated: float = 0.0) -> None:
-        row = self.usage[(self.stage, self.share, role)]
+    def add(self, role: str, model: str, endpoint: str | None, requests: float, sent: float, computed: float,
+            generated: float = 0.0) -> None:
+        row = self.usage[(self.stage, role, model, endpoint)]
         for i, v in enumerate((requests, sent, computed, generated)):
             row[i] += v
 
@@ -74,19 +66,14 @@ def _digest(*parts: str) -> str:
     return hashlib.blake2b("\x00".join(parts).encode(), digest_size=4).hexdigest()
 
 
-def identity(spec: dict) -> str:
-    """How a role's backend counts: menus read as its kind reads them, tokens under its tokenizer (or the stand-in)."""
-    kind = "hf" if spec.get("backend", "hf") == "hf" else "served"
-    return f"{kind}:{tokens_for(spec.get('tokenizer') or spec['model']).used}"
-
-
 class CountingBackend:
     """A role's backend that counts instead of computing (see the module docstring for what it answers)."""
 
     def __init__(self, role: str, spec: dict, ledger: Ledger):
         self.role, self.ledger = role, ledger
         self.tokens: Tokens = tokens_for(spec.get("tokenizer") or spec["model"])
-        self.model_id = identity(spec)  # how it counts, not which model: runs whose roles count alike share a run
+        self.model_id = spec["model"]
+        self.endpoint = public_url(spec["base_url"]) if spec.get("base_url") else None
         self.usage = Usage()
         self._seen: set[int] = set()  # distinct prompts this role was sent (computed once under prefix caching)
         self._filler = self.tokens.tokenizer(FILLER, add_special_tokens=False)["input_ids"]
@@ -110,7 +97,7 @@ class CountingBackend:
                 if hash(p) not in self._seen:
                     self._seen.add(hash(p))
                     computed += n
-        self.ledger.add(self.role, rows * len(prompts), sent, computed, generated)
+        self.ledger.add(self.role, self.model_id, self.endpoint, rows * len(prompts), sent, computed, generated)
 
     def _text(self, prompt: str, n: int) -> str:
         """A reply of ``n`` tokens, different for every model and prompt (a marker first): nothing downstream repeats
@@ -176,7 +163,7 @@ class CountingCrossEncoder:
         parts = [d.split(" ", 1) for _, d in pairs]
         tokens = self._total([q for q, _ in pairs]) + self._total([p[-1] for p in parts]) + \
             self._total([p[0] for p in parts if len(p) == 2])
-        self.ledger.add("cross_encoder", len(pairs), tokens, tokens)
+        self.ledger.add("cross_encoder", f"cross_encoder:{self.name}", None, len(pairs), tokens, tokens)
         return [0.5] * len(pairs)
 
 
@@ -211,10 +198,9 @@ class CountedMedR2(MedR2):
     def __init__(self, cfg, searcher: CountingSearcher, ledger: Ledger, per_label_menus: bool = False):
         super().__init__(cfg, cache=StageCache(":memory:"), searcher=searcher)
         self.ledger, self.per_label_menus = ledger, per_label_menus
-        self.ids = {role: identity(cfg.role(role)) for role in ROLES}  # no server asked for its live identity
+        self.ids = {role: cfg.role(role)["model"] for role in ROLES}  # no server asked for its live identity
         self._backends: dict[str, CountingBackend] = {}
         self._target_tok = tokens_for(cfg.target_tokenizer).tokenizer
-        self.selected = False
 
     def llm(self, role: str) -> CountingBackend:
         if role not in self._backends:
@@ -236,26 +222,14 @@ class CountedMedR2(MedR2):
         finally:
             self.ledger.stage = outer
 
-    def target_tokens(self, texts: list[str]) -> list[int]:
-        self.selected = True  # from here on, what is asked depends on the evidence the target's tokenizer fitted
-        return super().target_tokens(texts)
-
-    def cots(self, items: list[list]) -> list[dict]:
-        self.selected = True  # ... and on the CoT model's own reasoning (Med-R²-CoT's first query)
-        return super().cots(items)
-
     def cached(self, stage: str, inputs: list, config: dict, compute, batch_size: int = 64) -> list:
-        share = stable_hash({"stage": stage, "config": config, "inputs": inputs}) + ("|target" if self.selected else "")
         stats = self.cache.stats
         before = stats[f"{stage}:hit"] + stats[f"{stage}:miss"]
-        outer, self.ledger.share = self.ledger.share, share
         try:
             # one batch: nothing to resume, no progress bar
             return super().cached(stage, inputs, config, compute, batch_size=max(len(inputs), 1))
         finally:
-            self.ledger.share = outer
-            # distinct inputs asked (a demonstration repeated to fill the pool is asked once)
-            self.ledger.asked[(stage, share)] += stats[f"{stage}:hit"] + stats[f"{stage}:miss"] - before
+            self.ledger.asked[stage] += stats[f"{stage}:hit"] + stats[f"{stage}:miss"] - before
 
     def demo_rationales(self, items: list[list]) -> list[dict]:
         return [{**r, "agrees": True} for r in super().demo_rationales(items)]
@@ -269,10 +243,9 @@ class CountedMedR2(MedR2):
 
 @dataclass
 class Counted:
-    """One run's counted pre-pass: its lines (scaled to the run), what was assumed, the packed prompts' mean tokens
-    under the target's tokenizer and the counting run's stage-cache statistics (over the sample)."""
+    """One counted pre-pass: its lines, the packed prompts' mean tokens under the target's tokenizer and the counting
+    run's stage-cache statistics."""
     lines: list[Line]
-    assumptions: dict
     packed: float | None
     cache: dict
 
@@ -291,74 +264,31 @@ def passages(cfg, unit: float, questions: list) -> list[str]:
     return [tok.decode(ids[i:i + size]) for i in range(0, len(ids) - size + 1, size)]
 
 
-def evenly(items: list, n: int) -> list:
-    step = max(1.0, len(items) / n)
-    return [items[int(i * step)] for i in range(min(len(items), n))]
-
-
 def count_prepass(cfg, benchmark: str, items: list, demos: list, scoring: str = "letters", answer: str = "default",
-                  sample: int = SAMPLE_ITEMS, per_label_menus: bool = False, sample_demos: int = SAMPLE_DEMOS
-                  ) -> Counted:
-    """Runs ``cfg``'s pipeline on up to ``sample`` of ``items`` (public questions) and ``sample_demos`` of ``demos``
-    (:class:`~medr2_hooks.data.record.Demo`, repeated to their number) against counting stand-ins; returns lines
-    scaled to all of them.
-    ``per_label_menus``: served menus read one label per request (how records before ``menu-v2`` were made)."""
-    demo_stages = {s.name for s in pipeline(cfg.pipeline).stages if s.demos}
-    demos = demos if demo_stages else []  # a pipeline without demonstration stages never runs them (LLM-AMT)
-    picked, shown = evenly(items, sample), evenly(demos, sample_demos)
-    run_demos = [shown[i % len(shown)] for i in range(len(demos))] if shown else []
-    unit, unit_source = unit_size(cfg.index, cfg.unit, cfg.target_tokenizer)
-    queries = tuple(q.question for q in items[:SAMPLE_QUERIES])
-    union, union_source = union_size(cfg.index, tuple(cfg.retrievers) if cfg.retrievers else None, cfg.retrieve_k,
-                                     cfg.unit, cfg.fusion, queries)
+                  per_label_menus: bool = False) -> Counted:
+    """Runs ``cfg``'s pipeline on ``items`` (public questions) and ``demos`` (:class:`~medr2_hooks.data.record.Demo`)
+    against counting stand-ins. ``per_label_menus``: served menus read one label per request (how records before
+    ``menu-v2`` were made)."""
+    unit, _ = unit_size(cfg.index, cfg.unit, cfg.target_tokenizer)
+    union, _ = union_size(cfg.index, tuple(cfg.retrievers) if cfg.retrievers else None, cfg.retrieve_k, cfg.unit,
+                          cfg.fusion, tuple(q.question for q in items[:SAMPLE_QUERIES]))
     ledger = Ledger()
     m = CountedMedR2(cfg, CountingSearcher(cfg, union, passages(cfg, unit, items)), ledger, per_label_menus)
-    packs, record = pipeline(cfg.pipeline).prepare(m, benchmark, picked, run_demos, scoring=scoring, answer=answer)
+    packs, record = pipeline(cfg.pipeline).prepare(m, benchmark, items, demos, scoring=scoring, answer=answer)
     packed = sum(p["prompt_tokens"] for p in packs) / len(packs) if packs else None
-    scale = (len(items) + len(demos)) / max(len(picked) + len(shown), 1)
-    demo_scale = len(demos) / max(len(shown), 1)
-    assumptions = {
-        "unit_tokens": (round(unit, 1), unit_source), "candidates": (round(union, 1), union_source),
-        "counted_on": f"{len(picked)} of {len(items)} questions and {len(shown)} of {len(demos)} demonstrations run "
-                      f"through the pipeline, scaled x{scale:.2f}",
-        "generations": "every generation uses its whole max_new_tokens (ceiling)",
-        "decisions": "every filter keeps every document; every demonstration is shown (ceiling)",
-        "judged_documents": "every retrieved document new to the judges (ceiling)",
-    }
-    if cfg.rerank and cfg.coarse == "cross_encoder":
-        assumptions["cross_encoder_tokens"] = f"query + passage, counted with {tokens_for(cfg.cross_encoder).used}"
-    if cfg.pipeline == "medr2":
-        assumptions["iterations"] = f"{cfg.iterations} (ceiling: no early stop)" if cfg.cot else 1
-    return Counted(_lines(cfg, ledger, scale, demo_scale, demo_stages), assumptions, packed, record["cache"])
+    return Counted(_lines(cfg, ledger), packed, record["cache"])
 
 
-def _lines(cfg, ledger: Ledger, scale: float, demo_scale: float, demo_stages: set[str]) -> list[Line]:
+def _lines(cfg, ledger: Ledger) -> list[Line]:
+    """A line per stage and role; a declared stage asked and answered wholly from the run's own cache gets its
+    asked inputs on a line of no requests (LLM-AMT's relevance filter)."""
+    asked = dict(ledger.asked)
+    lines = [Line("prepass", stage, role, model, asked.pop(stage, 0), requests, sent, computed, generated,
+                  endpoint=endpoint)
+             for (stage, role, model, endpoint), (requests, sent, computed, generated) in ledger.usage.items()]
     declared = {s.name: s for s in pipeline(cfg.pipeline).active(cfg) if s.roles}
-    lines, asked_left = [], dict(ledger.asked)
-    for (stage, share, role), (requests, sent, computed, generated) in ledger.usage.items():
-        f = demo_scale if stage in demo_stages else scale
-        items = asked_left.pop((stage, share), 0)
-        model, endpoint = _model(cfg, role)
-        lines.append(Line("prepass", stage, role, model, items * f, requests * f, sent * f, computed * f,
-                          generated * f, f"{_target(cfg, share)}|{role}|{model}|{f:.6g}", endpoint))
-    for (stage, share), asked in asked_left.items():  # asked, all answered from the run's own cache
-        if stage in declared and asked:
+    for stage, n in asked.items():
+        if stage in declared and n:
             role = declared[stage].roles[0]
-            f = demo_scale if stage in demo_stages else scale
-            lines.append(Line("prepass", stage, role, cfg.role(role)["model"], asked * f, 0.0, 0.0, 0.0, 0.0,
-                              f"{_target(cfg, share)}|{role}|{f:.6g}", None))
+            lines.append(Line("prepass", stage, role, cfg.role(role)["model"], n, 0.0, 0.0, 0.0, 0.0))
     return lines
-
-
-def _model(cfg, role: str) -> tuple[str, str | None]:
-    """The run's model and server (credentials stripped) of a role."""
-    if role == "cross_encoder":
-        return f"cross_encoder:{cfg.cross_encoder}", None
-    spec = cfg.role(role)
-    return spec["model"], public_url(spec["base_url"]) if spec.get("base_url") else None
-
-
-def _target(cfg, share: str) -> str:
-    """A call made after evidence was fitted with the target's tokenizer, or after the CoT model reasoned, is shared
-    only with runs of the same tokenizer and CoT model (the counting run may stand for several)."""
-    return f"{share}={cfg.target_tokenizer}|{cfg.role('cot')['model']}" if share.endswith("|target") else share
