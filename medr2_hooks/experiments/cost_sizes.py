@@ -85,6 +85,14 @@ def _truncate(tokenizer: str, text: str, max_tokens: int) -> str:
     return text if len(ids) <= max_tokens else tok.decode(ids[:max_tokens])
 
 
+@lru_cache(maxsize=65536)
+def _truncate(tokenizer: str, text: str, max_tokens: int) -> str:
+    """(Remembered: each judge cuts the same document to the same length.)"""
+    tok = _tokenizer(tokenizer)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    return text if len(ids) <= max_tokens else tok.decode(ids[:max_tokens])
+
+
 @lru_cache(maxsize=16)
 def _tokenizer(model: str):
     import transformers
