@@ -149,3 +149,22 @@ def test_an_endpoints_credentials_never_reach_the_estimate(tmp_path, capsys):
 def test_a_throughput_that_cannot_mean_anything_is_refused(bad):
     with pytest.raises(ConfigError, match="ROLE_OR_MODEL=TOKENS_PER_S"):
         parse_throughputs([bad])
+
+
+def test_a_prompt_counted_from_its_words_is_the_tokenizers_own_count():
+    """The dry-run counts a prompt as the sum of its words' (and known lines') counts: equal to the tokenizer's
+    count of the whole text on the index's passages, a numbered evidence block of 80K tokens, and that block in a
+    chat turn, under each tokenizer shipped here; counting again (from what is remembered) gives the same."""
+    from medr2_hooks.experiments.cost_sizes import passage_sample, tokens_for
+    from medr2_hooks.retrieve.build import ensure_index
+
+    ensure_index("textbooks_demo")
+    passages = list(passage_sample("textbooks_demo")[0])[:400]
+    block = "Evidence:\n" + "".join(f"[{i}] {p}\n" for i, p in enumerate(passages, 1)) + "\n"
+    for name in ("embedded:gemma-270m", "embedded:smollm2-135m-instruct", "embedded:minilm"):
+        tokens = tokens_for(name)
+        texts = passages + [block, tokens.chat(block + "Question: Which drug is first line?\nAnswer:")]
+        whole = [len(ids) for ids in tokens.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        assert whole[-2] > 50_000, name
+        assert tokens.count(texts) == whole, name
+        assert tokens.count(texts[::-1]) == whole[::-1], name

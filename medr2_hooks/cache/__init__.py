@@ -120,6 +120,10 @@ class StageCache:
     def key(self, inputs: Any, config: Any) -> str:
         return stable_hash({"inputs": inputs, "config": config})
 
+    def keys(self, inputs: list[Any], config: Any) -> list[str]:
+        """The keys of one call's inputs (:meth:`cached` reads them here)."""
+        return [self.key(x, config) for x in inputs]
+
     def get_many(self, stage: str, keys: list[str], config: Any, shape: Any = None) -> dict[str, Any]:
         cfg = stable_hash(config)
         found: dict[str, Any] = {}
@@ -208,7 +212,7 @@ class StageCache:
         batches and stored after each batch. ``shape`` (see :func:`conforms`) is what a stored value must look
         like to be used; computed values are checked against it too. ``keep(input, value) -> bool``: a computed
         value it refuses (an empty or unreadable reply) is returned but never stored, so the next run asks again."""
-        keys = [self.key(x, config) for x in inputs]
+        keys = self.keys(inputs, config)
         found = self.get_many(stage, list(dict.fromkeys(keys)), config, shape)
         missing = [i for i, k in enumerate(keys) if k not in found]
         todo: dict[str, Any] = {}

@@ -201,9 +201,13 @@ def load(name: str, *, source: str = "local", data_dir: str | Path | None = None
          cases_file: str | None = None) -> list[Record]:
     """Every item of a benchmark (evaluation pool and demonstrations together), in file order.
     ``cases_file``: a user's own file in the benchmark's schema (NEJMQA, RareArena) instead of the mirror/hub."""
-    builtin = name in BENCHMARKS
-    root = _root(data_dir) if source == "local" and not cases_file and builtin else None
-    return list(_load(name, source, root, str(cases_file) if cases_file else None))
+    return list(_load(name, source, *_where(name, source, data_dir, cases_file)))
+
+
+def _where(name: str, source: str, data_dir, cases_file) -> tuple[Path | None, str | None]:
+    """The data folder a builtin benchmark's local files are read from (None otherwise), and the cases file."""
+    root = _root(data_dir) if source == "local" and not cases_file and name in BENCHMARKS else None
+    return root, str(cases_file) if cases_file else None
 
 
 def _content(record: Record) -> tuple:
@@ -224,6 +228,14 @@ def demo_ids(records: list[Record], n: int, seed: int = DEMO_SEED) -> set[str]:
     return set(random.Random(seed).sample(ids, n))
 
 
+@lru_cache(maxsize=32)
+def _builtin_demo_ids(name: str, source: str, root: Path | None, cases_file: str | None, n: int,
+                      seed: int) -> frozenset[str]:
+    """:func:`demo_ids` of a builtin benchmark's rows (as its loader caches them): a sweep's dry-run builds one
+    pre-pass spec per run, each asking for the same choice."""
+    return frozenset(demo_ids(list(_load_builtin(name, source, root, cases_file)), n, seed))
+
+
 def pools(name: str, *, source: str = "local", data_dir: str | Path | None = None, seed: int = DEMO_SEED,
           cases_file: str | dict | None = None) -> Pools:
     """The evaluation pool and the CoT-demonstration pool (Table 7 sizes), disjoint, in file order.
@@ -236,7 +248,8 @@ def pools(name: str, *, source: str = "local", data_dir: str | Path | None = Non
         demo_rows = _declared_rows(spec.declaration)[1]
         chosen = demo_ids(list(demo_rows), spec.n_demos, seed)
         return Pools(eval=records, demos=[r for r in demo_rows if r.id in chosen])
-    chosen = demo_ids(records, spec.n_demos, seed)
+    chosen = demo_ids(records, spec.n_demos, seed) if spec.declaration is not None else \
+        _builtin_demo_ids(name, source, *_where(name, source, data_dir, cases_file), spec.n_demos, seed)
     return Pools(
         eval=[r for r in records if r.id not in chosen],
         demos=[r for r in records if r.id in chosen],

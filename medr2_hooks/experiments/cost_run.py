@@ -14,12 +14,13 @@ the estimate counts the stages that run, as they run, and no second description 
   (the counting searcher has no embeddings, so μ_t is undefined and the loop runs all T iterations).
 - **Retrieval**: a :class:`CountingSearcher` returns, per search, the mean number of candidates the index's
   retrievers return (measured by searching the benchmark's first questions on a built index, else the no-overlap
-  ceiling), each a new passage (a marker makes it unique, so no judged document repeats) of the index's measured
-  size: passages sampled from a built index, else the benchmark's own question text cut to the recipe's planning
-  size.
-- **Cache**: an in-memory stage cache, so work a run repeats is free as it is in the real run (LLM-AMT's relevance
-  filter finds the coarse rerank's judgements). Each cached call's key (stage, settings, inputs) is its lines'
-  ``share`` key: two runs of a sweep whose calls are identical do that work once, as the stage cache would.
+  ceiling), each a new passage of the index's measured size: a marker line that makes it unique (no judged
+  document repeats), then a pool text (passages sampled from a built index, else the benchmark's own question text
+  cut to the recipe's planning size), whose tokens are counted once however many prompts carry it.
+- **Cache**: a stage cache in memory (:class:`CountingCache`), so work a run repeats is free as it is in the real
+  run (LLM-AMT's relevance filter finds the coarse rerank's judgements). Each cached call's key (stage, settings,
+  inputs) is its lines' ``share`` key: two runs of a sweep whose calls are identical do that work once, as the
+  stage cache would.
 - **Sample**: up to :data:`SAMPLE_ITEMS` evaluation questions spread evenly over the run's and
   :data:`SAMPLE_DEMOS` demonstrations, repeated to the pool's size (a repeat is answered from the run's cache, so
   it costs nothing, yet packing fits as many shots as the real pool offers); each line is scaled to the run's
@@ -28,187 +29,27 @@ the estimate counts the stages that run, as they run, and no second description 
 
 from __future__ import annotations
 
-import hashlib
-import math
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ..cache import StageCache, stable_hash
-from ..llm.backend import Usage
+from ..cache import stable_hash
 from ..pipeline.config import ROLES
 from ..pipeline.declare import pipeline
 from ..pipeline.medr2 import MedR2
 from ..redact import public_url
-from ..retrieve.searcher import Hit
 from .cost_eval import Line
-from .cost_sizes import SAMPLE_QUERIES, Tokens, passage_sample, tokens_for, union_size, unit_size
+from .cost_sizes import SAMPLE_QUERIES, passage_sample, tokens_for, union_size, unit_size
+from .cost_stand_ins import (CountingBackend, CountingCache, CountingCrossEncoder, CountingHF, CountingSearcher,
+                             CountingServed, Ledger, identity)
 
 SAMPLE_ITEMS = 2  # evaluation questions run through the pipeline (evenly spaced over the run's)
 SAMPLE_DEMOS = 1  # demonstrations run through it (repeated to the pool's size, so packing sees every shot)
-# generated text: medical words without stop strings (no newline, no full stop)
-FILLER = "the patient presents with acute pain and fever and raised inflammatory markers suggesting infection "
-CEILING_CHOICE = {"conflict_judge": -1}  # the answer that keeps every document: "no" conflict; else the first label
-
-
-class Ledger:
-    """What the counting run sent, per cached call (its stage and share key) and role."""
-
-    def __init__(self):
-        self.stage: str | None = None
-        self.share: str | None = None
-        # (stage, share, role) -> [requests, prompt tokens, computed prompt tokens, generated]; the role's model and
-        # server are the run's own (a counted run may stand for several runs whose models count alike)
-        self.usage: dict[tuple, list[float]] = defaultdict(lambda: [0.0] * 4)
-        self.asked: dict[tuple[str, str], int] = defaultdict(int)  # (stage, share) -> inputs asked (hits + misses)
-
-    def add(self, role: str, requests: float, sent: float, computed: float, generated: float = 0.0) -> None:
-        row = self.usage[(self.stage, self.share, role)]
-        for i, v in enumerate((requests, sent, computed, generated)):
-            row[i] += v
-
-
-def _digest(*parts: str) -> str:
-    """Eight hex digits of ``parts``: the marker that makes a reply or a passage its own."""
-    return hashlib.blake2b("\x00".join(parts).encode(), digest_size=4).hexdigest()
-
-
-def identity(spec: dict) -> str:
-    """How a role's backend counts: menus read as its kind reads them, tokens under its tokenizer (or the stand-in)."""
-    kind = "hf" if spec.get("backend", "hf") == "hf" else "served"
-    return f"{kind}:{tokens_for(spec.get('tokenizer') or spec['model']).used}"
-
-
-class CountingBackend:
-    """A role's backend that counts instead of computing (see the module docstring for what it answers)."""
-
-    def __init__(self, role: str, spec: dict, ledger: Ledger):
-        self.role, self.ledger = role, ledger
-        self.tokens: Tokens = tokens_for(spec.get("tokenizer") or spec["model"])
-        self.model_id = identity(spec)  # how it counts, not which model: runs whose roles count alike share a run
-        self.usage = Usage()
-        self._seen: set[int] = set()  # distinct prompts this role was sent (computed once under prefix caching)
-        self._filler = self.tokens.tokenizer(FILLER, add_special_tokens=False)["input_ids"]
-
-    def count_tokens(self, texts: list[str]) -> list[int]:
-        return self.tokens.count(list(texts))
-
-    def truncate(self, text: str, max_tokens: int) -> str:
-        return self.tokens.truncate(text, max_tokens)
-
-    def chat(self, user: str, system: str | None = None) -> str:
-        return self.tokens.chat(user, system)
-
-    def _add(self, prompts: list[str], rows: int = 1, extra: float = 0.0, generated: float = 0.0,
-             whole: bool = False) -> None:
-        counts = self.tokens.count(prompts)
-        sent = rows * sum(counts) + extra
-        computed = sent if whole else extra
-        if not whole:
-            for p, n in zip(prompts, counts):
-                if hash(p) not in self._seen:
-                    self._seen.add(hash(p))
-                    computed += n
-        self.ledger.add(self.role, rows * len(prompts), sent, computed, generated)
-
-    def _text(self, prompt: str, n: int) -> str:
-        """A reply of ``n`` tokens, different for every model and prompt (a marker first): nothing downstream repeats
-        that would not repeat in the real run."""
-        ids = (self._filler * (n // max(len(self._filler), 1) + 2))[: max(n - 4, 1)]
-        return f"{_digest(self.model_id, prompt)} {self.tokens.tokenizer.decode(ids)}"
-
-    def generate(self, prompts: list[str], max_new_tokens: int, stop: list[str] | None = None,
-                 role: str = "generate") -> list[str]:
-        self._add(prompts, generated=len(prompts) * max_new_tokens)
-        return [self._text(p, max_new_tokens) for p in prompts]
-
-    def score(self, prompts: list[str], continuations: list[str], role: str = "score") -> list[tuple[float, int]]:
-        lengths = [max(n, 1) for n in self.tokens.count(continuations)]
-        self._add(prompts, extra=sum(lengths), whole=not isinstance(self, CountingHF))
-        return [(-float(n), n) for n in lengths]
-
-    @staticmethod
-    def _decision(n: int, role: str) -> list[float]:
-        pick = CEILING_CHOICE.get(role, 0) % n
-        return [0.0 if i == pick else -30.0 for i in range(n)]
-
-
-class CountingHF(CountingBackend):
-    """``hf``: a menu is one pass over its prompt, every label scored on its cached keys."""
-
-    def score_choices(self, prompts: list[str], choices: list[str], role: str = "score") -> list[list[float]]:
-        self._add(prompts, extra=len(prompts) * sum(self.tokens.count(choices)))
-        return [self._decision(len(choices), role) for _ in prompts]
-
-
-class CountingServed(CountingBackend):
-    """``vllm`` and served roles: a menu of one-token labels is one request; longer labels go to :meth:`score`
-    (``per_label``: every menu, as served menus were read before one request per menu, ``menu-v2``)."""
-
-    per_label = False
-
-    def next_token_logprobs(self, prompts: list[str], choices: list[str],
-                            role: str = "score") -> list[list[float]] | None:
-        if self.per_label or any(n != 1 for n in self.tokens.count(choices)):
-            return None
-        self._add(prompts, generated=len(prompts))
-        return [self._decision(len(choices), role) for _ in prompts]
-
-
-class CountingCrossEncoder:
-    """The coarse cross-encoder: one scored (query, passage) pair per request, counted under its tokenizer (query
-    and passage apart, each counted once: a query meets every candidate, a passage is a marker and a pool text)."""
-
-    def __init__(self, name: str, ledger: Ledger):
-        self.name, self.ledger, self.tokens = name, ledger, tokens_for(name)
-
-    def overlong(self, pairs: list[tuple[str, str]]) -> int:
-        return 0
-
-    def _total(self, texts: list[str]) -> int:
-        """Tokens of ``texts``, each distinct text tokenized once."""
-        distinct = list(dict.fromkeys(texts))
-        counts = dict(zip(distinct, self.tokens.count(distinct)))
-        return sum(counts[t] for t in texts)
-
-    def score(self, pairs: list[tuple[str, str]]) -> list[float]:
-        parts = [d.split(" ", 1) for _, d in pairs]
-        tokens = self._total([q for q, _ in pairs]) + self._total([p[-1] for p in parts]) + \
-            self._total([p[0] for p in parts if len(p) == 2])
-        self.ledger.add("cross_encoder", len(pairs), tokens, tokens)
-        return [0.5] * len(pairs)
-
-
-class CountingSearcher:
-    """Per search, ``union`` candidates on average (each query gets its floor or ceiling), each a new passage."""
-
-    def __init__(self, cfg, union: float, pool: list[str]):
-        self.manifest = {"name": cfg.index, "recipe_hash": "counted", "corpus_hash": "counted"}  # no "dense": no μ
-        self.retrievers = tuple(cfg.retrievers or ())
-        self.union, self.pool = union, pool
-
-    def overlong_queries(self, queries: list[str]) -> dict:
-        return {}
-
-    def search(self, queries: list[str], k: int = 10, unit: str = "passage", fusion: str = "union",
-               exclude_pmids=None, **_) -> list[list[Hit]]:
-        out = []
-        for q in queries:
-            extra = int(_digest(q), 16) / 16 ** 8 < self.union - math.floor(self.union)
-            out.append([self._hit(q, r) for r in range(math.floor(self.union) + extra)])
-        return out
-
-    def _hit(self, query: str, rank: int) -> Hit:
-        mark = _digest(query, str(rank))
-        text = f"{mark} {self.pool[int(mark, 16) % len(self.pool)]}"
-        return Hit(f"counted:{mark}", "", "book", "en", None, {}, 0, 0, len(text), text)
-
-
 class CountedMedR2(MedR2):
     """The pipeline's toolbox over counting roles, searcher and cross-encoder, with an in-memory stage cache."""
 
     def __init__(self, cfg, searcher: CountingSearcher, ledger: Ledger, per_label_menus: bool = False):
-        super().__init__(cfg, cache=StageCache(":memory:"), searcher=searcher)
+        super().__init__(cfg, cache=CountingCache(ledger), searcher=searcher)
         self.ledger, self.per_label_menus = ledger, per_label_menus
         self.ids = {role: identity(cfg.role(role)) for role in ROLES}  # no server asked for its live identity
         self._backends: dict[str, CountingBackend] = {}
@@ -237,22 +78,22 @@ class CountedMedR2(MedR2):
 
     def target_tokens(self, texts: list[str]) -> list[int]:
         self.selected = True  # from here on, what is asked depends on the evidence the target's tokenizer fitted
-        return super().target_tokens(texts)
+        return tokens_for(self.cfg.target_tokenizer).count(texts)
 
     def cots(self, items: list[list]) -> list[dict]:
         self.selected = True  # ... and on the CoT model's own reasoning (Med-R²-CoT's first query)
         return super().cots(items)
 
     def cached(self, stage: str, inputs: list, config: dict, compute, batch_size: int = 64) -> list:
-        share = stable_hash({"stage": stage, "config": config, "inputs": inputs}) + ("|target" if self.selected else "")
         stats = self.cache.stats
         before = stats[f"{stage}:hit"] + stats[f"{stage}:miss"]
-        outer, self.ledger.share = self.ledger.share, share
+        outer = self.ledger.share
+        self.cache.calling, self.cache.suffix = stage, "|target" if self.selected else ""
         try:
-            # one batch: nothing to resume, no progress bar
+            # one batch: nothing to resume, no progress bar; the cache sets the ledger's share key
             return super().cached(stage, inputs, config, compute, batch_size=max(len(inputs), 1))
         finally:
-            self.ledger.share = outer
+            share, self.ledger.share = self.ledger.share, outer
             # distinct inputs asked (a demonstration repeated to fill the pool is asked once)
             self.ledger.asked[(stage, share)] += stats[f"{stage}:hit"] + stats[f"{stage}:miss"] - before
 
