@@ -260,10 +260,15 @@ def test_ctrl_c_during_prepare_then_a_rerun_resumes_from_what_was_cached(own_cac
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline, rows = time.time() + 600, 0
     while time.time() < deadline and proc.poll() is None and rows < 3:
-        time.sleep(1)
+        time.sleep(0.2)
         if (cache / "stages.sqlite").is_file():
-            with sqlite3.connect(cache / "stages.sqlite", timeout=30) as db:
-                rows = db.execute("SELECT COUNT(DISTINCT stage) FROM stage").fetchone()[0]
+            # read-only and never waiting on the writer's lock: a reader blocked behind a long write could look
+            # again only after the run had finished, and interrupt a process that is already exiting (rc 0)
+            try:
+                with sqlite3.connect(f"file:{cache / 'stages.sqlite'}?mode=ro", uri=True, timeout=0.1) as db:
+                    rows = db.execute("SELECT COUNT(DISTINCT stage) FROM stage").fetchone()[0]
+            except sqlite3.OperationalError:  # locked, or the table not made yet: look again
+                continue
     assert proc.poll() is None, "the pre-pass ended before it could be interrupted"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=300)
