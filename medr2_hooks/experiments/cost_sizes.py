@@ -42,7 +42,7 @@ class Tokens:
         """Tokens of each text: the sum of its words' counts (each word with the whitespace before it), which is the
         whole text's count wherever no token spans a word's start (none does under Gemma's, SmolLM2's or MiniLM's
         tokenizers, nor Llama 3's or Qwen2's, whose pre-tokenizers split there; tests/test_cost.py holds it exact
-        on the index's passages and a chat prompt of 200K tokens)."""
+        on the index's passages and an 80K-token evidence block, bare and in a chat turn)."""
         return _words(self.used).count(texts)
 
     def mean(self, texts: list[str]) -> float:
@@ -76,22 +76,23 @@ class WordCounts:
 
     def count(self, texts: list[str]) -> list[int]:
         pieces = [self.LINE.findall(t) for t in texts]
-        new = list(filterfalse(self.lines.__contains__, set().union(*map(set, pieces))))
-        if len(self.lines) + len(new) > self.LINES:
-            self.lines = {}
-            new = list(set().union(*map(set, pieces)))
-        self.lines.update(zip(new, self._sum_words(new)))
+        self.lines = self._learn(self.lines, pieces, self.LINES, self._sum_words)
         return [sum(map(self.lines.__getitem__, lines)) for lines in pieces]
 
     def _sum_words(self, lines: list[str]) -> list[int]:
         pieces = [self.WORD.findall(t) for t in lines]
-        words = set().union(*map(set, pieces))
-        new = list(filterfalse(self.words.__contains__, words))
-        if len(self.words) + len(new) > self.WORDS:
-            self.words = {}
-            new = list(words)
-        self.words.update(zip(new, self._tokenize(new)))
+        self.words = self._learn(self.words, pieces, self.WORDS, self._tokenize)
         return [sum(map(self.words.__getitem__, words)) for words in pieces]
+
+    @staticmethod
+    def _learn(known: dict, pieces: list[list[str]], limit: int, measure) -> dict:
+        """``known`` with every piece in ``pieces`` measured (a new dict when it would grow past ``limit``)."""
+        seen = set().union(*map(set, pieces))
+        new = list(filterfalse(known.__contains__, seen))
+        if len(known) + len(new) > limit:
+            known, new = {}, list(seen)
+        known.update(zip(new, measure(new)))
+        return known
 
     def _tokenize(self, texts: list[str]) -> list[int]:
         """Token counts of ``texts`` from the fast tokenizer's Rust core directly (its Python wrapper costs more per
