@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -34,23 +36,79 @@ def _hooks(limit: int = 3, **override) -> dict:
     return task_hook_kwargs([TASK], _metadata(limit, **override))
 
 
-@pytest.fixture
-def own_cache(tmp_path, monkeypatch):
-    """A fresh stage cache and packs folder that still sees the built indexes and converted models."""
+@pytest.fixture(autouse=True)
+def two_threads(monkeypatch):
+    """Every pre-pass here, in this process, its shards, Ray workers and `medr2 prepare` children, runs its kernels
+    on 2 threads, so that a cache or packs made by one test are the bytes another computes (on any machine)."""
+    monkeypatch.setenv("MEDR2_THREADS", "2")
+
+
+def _use_folders(cache: Path, results: Path, monkeypatch) -> None:
     from medr2_hooks import settings
-    from medr2_hooks.retrieve.build import ensure_index
 
     real = settings.cache_dir()
+    cache.mkdir(exist_ok=True)
+    for shared in ("indexes", "models"):
+        if (real / shared).exists() and not (cache / shared).exists():
+            (cache / shared).symlink_to(real / shared)
+    monkeypatch.setenv("MEDR2_CACHE_DIR", str(cache))
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(results))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    cache: Path
+    results: Path
+    out: dict  # prepare_tasks' answer for TASK
+    seconds: float
+
+    @property
+    def packs(self) -> bytes:
+        return Path(self.out["packs"]).read_bytes()
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Prepared:
+    """The first 2 items of TASK prepared once, from an empty stage cache: the reference the module's tests compare
+    with, and the prepared state some of them start from (a copy). It runs after this process was set to 3 torch
+    threads: a machine whose default differs from the pre-pass's 2 and from Ray's 1 (on this CPU Gemma's logits at
+    3 threads differ in their last bits from those at 1 or 2)."""
+    import torch
+
+    from medr2_hooks.prepass.prepare import prepare_tasks
+    from medr2_hooks.retrieve.build import ensure_index
+
+    ensure_index("textbooks_demo", log=lambda *_: None)
+    base = tmp_path_factory.mktemp("prepared")
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("MEDR2_THREADS", "2")
+        _use_folders(base / "cache", base / "results", monkeypatch)
+        torch.set_num_threads(3)
+        try:
+            started = time.perf_counter()
+            out = prepare_tasks(_hooks(limit=2), log=lambda *_: None)[TASK]
+            seconds = time.perf_counter() - started
+            assert torch.get_num_threads() == 3  # the pre-pass's setting ends with it
+        finally:
+            torch.set_num_threads(threads)
+    return Prepared(base / "cache", base / "results", out, seconds)
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """A fresh stage cache and packs folder that still sees the built indexes and converted models; ``start``: a
+    copy of a prepared cache and results folder instead of empty ones."""
+    from medr2_hooks.retrieve.build import ensure_index
+
     ensure_index("textbooks_demo", log=lambda *_: None)
 
-    def make(name: str) -> Path:
-        folder = tmp_path / name
-        folder.mkdir()
-        for shared in ("indexes", "models"):
-            if (real / shared).exists():
-                (folder / shared).symlink_to(real / shared)
-        monkeypatch.setenv("MEDR2_CACHE_DIR", str(folder))
-        monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path / f"{name}-results"))
+    def make(name: str, start: Prepared | None = None) -> Path:
+        folder, results = tmp_path / name, tmp_path / f"{name}-results"
+        if start is not None:
+            shutil.copytree(start.cache, folder, symlinks=True)
+            shutil.copytree(start.results, results)
+        _use_folders(folder, results, monkeypatch)
         return folder
 
     return make
@@ -62,16 +120,17 @@ def _hook_kwargs(metadata: dict) -> dict:
     return task_hook_kwargs([TASK], metadata)[TASK]
 
 
-def test_prepared_packs_reach_the_hook_without_a_model_call(own_cache, monkeypatch):
+def test_prepared_packs_reach_the_hook_without_a_model_call(prepared, own_cache, monkeypatch):
     from medr2_hooks.lmeval import medr2 as hook
     from medr2_hooks.prepass.prepare import prepare_tasks
 
-    own_cache("single")
-    out = prepare_tasks(_hooks(limit=2), log=lambda *_: None)[TASK]
+    out = prepared.out  # a pre-pass from an empty cache
     assert out["items"] == 2 and out["model_calls"] > 0 and Path(out["packs"]).is_file()
     assert out["sha256"] == __import__("hashlib").sha256(Path(out["packs"]).read_bytes()).hexdigest()
     record = json.loads(Path(out["record"]).read_text())
     assert record["packs"]["packs"] == out["packs"] and record["stage_seconds"] and record["usage"]
+    assert record["numerics"] == {"threads": 2}
+    own_cache("single", start=prepared)
 
     # the hook of the same task and settings reads the packs: building a pipeline would be a failure
     monkeypatch.setattr("medr2_hooks.pipeline.medr2.MedR2.__init__", lambda *a, **k: pytest.fail("pre-pass in lm-eval"))
@@ -88,16 +147,14 @@ def test_prepared_packs_reach_the_hook_without_a_model_call(own_cache, monkeypat
     assert prepare_tasks(_hooks(limit=2), log=lambda *_: None)[TASK]["reused"] is True
 
 
-def test_a_full_run_never_evaluates_a_prepared_subset(own_cache, monkeypatch):
+def test_a_full_run_never_evaluates_a_prepared_subset(prepared, own_cache, monkeypatch):
     """Issue 35: `medr2 prepare --limit 2`, then a plain lm_eval run without a limit. The hook used to follow a
     pointer to the 2 prepared items and lm-eval reported a 2-item score as the benchmark's. Now a run that does not
     ask for the subset (metadata limit) prepares the whole benchmark."""
     from medr2_hooks.lmeval import medr2 as hook
     from medr2_hooks.prepass import packs as made
-    from medr2_hooks.prepass.prepare import prepare_tasks
 
-    own_cache("subset")
-    prepare_tasks(_hooks(limit=2), log=lambda *_: None)
+    own_cache("subset", start=prepared)  # `medr2 prepare --limit 2` was run
     asked = []
 
     def prepass(spec, *args, **kwargs):  # the full pre-pass (2,535 items) is not run here: what it was asked for
@@ -120,6 +177,7 @@ def test_hand_edited_packs_are_refused(own_cache):
     from medr2_hooks.lmeval import medr2 as hook
     from medr2_hooks.prepass.prepare import prepare_tasks
 
+    # its own pre-pass: a record names the packs file it made (a copy of prepared folders is not checked against one)
     own_cache("tamper")
     out = prepare_tasks(_hooks(limit=1), log=lambda *_: None)[TASK]
     path = Path(out["packs"])
@@ -148,12 +206,12 @@ def cpu_hog(n: int = 1):
             hog.wait()
 
 
-def test_shards_in_any_order_and_ray_workers_assemble_the_same_packs(own_cache, monkeypatch):
-    """The same packs, to the byte, in one process, in shards in any order and on Ray workers on a loaded machine.
+def test_shards_in_any_order_and_ray_workers_assemble_the_same_packs(prepared, own_cache):
+    """The same packs, to the byte, in one process (``prepared``), in shards in any order and on Ray workers on a
+    loaded machine.
 
     A Ray worker's torch follows OMP_NUM_THREADS=1 (Ray's setting); the pre-pass spec fixes the kernels' threads in
-    every process instead. The reference runs after this process was set to 3 threads (a machine whose default
-    differs from Ray's 1; on this CPU Gemma's logits at 3 threads differ in their last bits from those at 1 or 2).
+    every process instead. This process's torch is at 3 threads here too: a default that differs from the spec's.
     """
     import torch
 
@@ -161,31 +219,28 @@ def test_shards_in_any_order_and_ray_workers_assemble_the_same_packs(own_cache, 
 
     quiet = lambda *_: None  # noqa: E731
     limit = 2  # two questions and one demonstration: each shard computes something of its own
-    monkeypatch.setenv("MEDR2_THREADS", "2")
-    own_cache("unsharded")
-    torch.set_num_threads(3)
-    started = time.perf_counter()
-    whole = prepare_tasks(_hooks(limit), log=quiet)[TASK]
-    unsharded_s = time.perf_counter() - started
-    reference = Path(whole["packs"]).read_bytes()
-    assert json.loads(Path(whole["record"]).read_text())["numerics"] == {"threads": 2}
-    assert torch.get_num_threads() == 3  # the pre-pass's setting ends with it
+    reference = prepared.packs
 
     cache = own_cache("sharded")
-    started = time.perf_counter()
-    for i in (1, 0):  # any order
-        part = prepare_tasks(_hooks(limit), Shard(i, 2), log=quiet)[TASK]
-        assert part["shard"] == f"{i}/2" and part["record"].endswith(f".shard-{i}of2.json")
-        assert part["items"] == len(range(i, limit, 2)) and Path(part["record"]).is_file()
-    # each shard wrote only its own segment of the stage cache (shards may run on different nodes)
-    segments = cache / "stages.sqlite.segments"
-    assert not (cache / "stages.sqlite").exists() and len(list(segments.glob("*.sqlite"))) == 2
-    assembled = prepare_tasks(_hooks(limit), log=quiet)[TASK]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        started = time.perf_counter()
+        for i in (1, 0):  # any order
+            part = prepare_tasks(_hooks(limit), Shard(i, 2), log=quiet)[TASK]
+            assert part["shard"] == f"{i}/2" and part["record"].endswith(f".shard-{i}of2.json")
+            assert part["items"] == len(range(i, limit, 2)) and Path(part["record"]).is_file()
+        # each shard wrote only its own segment of the stage cache (shards may run on different nodes)
+        segments = cache / "stages.sqlite.segments"
+        assert not (cache / "stages.sqlite").exists() and len(list(segments.glob("*.sqlite"))) == 2
+        assembled = prepare_tasks(_hooks(limit), log=quiet)[TASK]
+        sharded_s = time.perf_counter() - started
+    finally:
+        torch.set_num_threads(threads)
     assert not list(segments.glob("*.sqlite"))  # merged into the main file
-    sharded_s = time.perf_counter() - started
     assert assembled["model_calls"] == 0  # assembly only reads the cache
     assert Path(assembled["packs"]).read_bytes() == reference
-    print(f"unsharded {unsharded_s:.1f} s, two shards + assembly {sharded_s:.1f} s")
+    print(f"unsharded {prepared.seconds:.1f} s, two shards + assembly {sharded_s:.1f} s")
 
     # the run record of an evaluation over these packs carries the shards' records
     from medr2_hooks.lmeval.runner import prepass_records
@@ -201,7 +256,7 @@ def test_shards_in_any_order_and_ray_workers_assemble_the_same_packs(own_cache, 
     # own SIGSEGVs (implicit null checks) would then kill pytest: a segfault seen in a local CI run.
     pytest.importorskip("ray")
     own_cache("ray")
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "3"}
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "3"}  # MEDR2_THREADS=2: two_threads
     # a busy core beside the workers, at their priority: `medr2 prepare --ray` starts them at nice 0, not Ray's 15
     with cpu_hog():
         done = subprocess.run([sys.executable, "-m", "medr2_hooks.cli.main", "prepare", "--tasks", TASK,
@@ -246,7 +301,7 @@ def test_ranks_above_zero_wait_for_rank_zeros_packs(own_cache, monkeypatch):
     assert len(packs) == 2 and json.loads(spec.packs_path.read_text())["packs"] == packs
 
 
-def test_ctrl_c_during_prepare_then_a_rerun_resumes_from_what_was_cached(own_cache):
+def test_ctrl_c_during_prepare_then_a_rerun_resumes_from_what_was_cached(prepared, own_cache):
     """Issue 39 (also confirm): SIGINT while `medr2 prepare` computes leaves a stage cache and results folder the
     re-run resumes from: the stages cached before the interrupt are hits, and the packs are those of a run that was
     never interrupted."""
@@ -280,12 +335,4 @@ def test_ctrl_c_during_prepare_then_a_rerun_resumes_from_what_was_cached(own_cac
     record = json.loads(Path(out["record"]).read_text())
     assert sum(v for k, v in record["cache"].items() if k.endswith(":hit")) > 0  # resumed, not redone
     assert not [p for p in cache.rglob("*.tmp")] and not list((cache / "packs").glob(".*"))  # nothing half-written
-    own_cache("whole")
-    whole = prepare_tasks_quietly(limit=2)
-    assert Path(out["packs"]).read_bytes() == Path(whole["packs"]).read_bytes()
-
-
-def prepare_tasks_quietly(limit: int) -> dict:
-    from medr2_hooks.prepass.prepare import prepare_tasks
-
-    return prepare_tasks(_hooks(limit=limit), log=lambda *_: None)[TASK]
+    assert Path(out["packs"]).read_bytes() == prepared.packs  # those of a run never interrupted
