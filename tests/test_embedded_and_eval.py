@@ -39,6 +39,31 @@ def test_embedded_smollm2_is_an_instruction_tuned_chat_model():
     assert "paris" in reply.lower()
 
 
+def test_a_converted_model_is_the_same_folder_whatever_the_hub_setting(tmp_path):
+    """A model's identity is its converted folder's content hash, in every cache key and run record. The tokenizer
+    saved the converting process's HF_HUB_OFFLINE into its config, so `make` (which sets it) and a plain `medr2`
+    run made two identities of one model; a folder converted that way is converted again."""
+    import os
+    import subprocess
+    import sys
+
+    from medr2_hooks.llm.embedded import _converted, resolve
+    from medr2_hooks.llm.local import weights_revision
+
+    code = ("from medr2_hooks.llm.embedded import resolve; from medr2_hooks.llm.local import weights_revision; "
+            "print(weights_revision(resolve('embedded:smollm2-135m-instruct')))")
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"} | {"MEDR2_CACHE_DIR": str(tmp_path)}
+    online = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert online.returncode == 0, online.stderr[-2000:]
+    assert online.stdout.split()[-1] == weights_revision(resolve("embedded:smollm2-135m-instruct"))
+
+    folder = tmp_path / "models" / "smollm2-135m-instruct"
+    assert _converted(folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps(config | {"local_files_only": False}))
+    assert not _converted(folder)  # converted before the fix: converted again at its next use
+
+
 def test_embedded_gemma_knows_a_fact(gemma_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

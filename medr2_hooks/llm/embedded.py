@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -46,7 +47,17 @@ GEMMA_CHAT_TEMPLATE = (
 
 
 def _converted(target: Path) -> bool:
-    return (target / "model.safetensors").is_file() and (target / "tokenizer_config.json").is_file()
+    """A finished conversion by this converter. A model's identity is its folder's content hash (in every stage-cache
+    key, packs key and run record), so the folder must not depend on the converting process's environment: a
+    tokenizer loaded without ``local_files_only`` saved the process's HF_HUB_OFFLINE setting in its config, and a
+    folder converted that way (``"local_files_only": false``) is converted again."""
+    config = target / "tokenizer_config.json"
+    if not (target / "model.safetensors").is_file() or not config.is_file():
+        return False
+    try:
+        return json.loads(config.read_text(encoding="utf-8")).get("local_files_only") is True
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return False
 
 
 def _once(target: Path, build) -> Path:
@@ -70,8 +81,10 @@ def _convert_gguf(folder: str, gguf: Path, chat_template: str | None = None) -> 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # local files only, whatever HF_HUB_OFFLINE says: the tokenizer saves this flag in its config (see _converted)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+    quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                     local_files_only=True)
     config = quantised.config
     # The weights are dequantised float32 now: the saved folder must not claim to be a GGUF checkpoint.
     if hasattr(config, "quantization_config"):
