@@ -15,14 +15,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from .. import settings
-from ..errors import UnknownNameError
+from ..errors import DataError, UnknownNameError
+from ..fs import read_json
 
 PREFIX = "embedded:"
 
@@ -51,13 +51,13 @@ def _converted(target: Path) -> bool:
     key, packs key and run record), so the folder must not depend on the converting process's environment: a
     tokenizer loaded without ``local_files_only`` saved the process's HF_HUB_OFFLINE setting in its config, and a
     folder converted that way (``"local_files_only": false``) is converted again."""
-    config = target / "tokenizer_config.json"
-    if not (target / "model.safetensors").is_file() or not config.is_file():
+    if not (target / "model.safetensors").is_file():
         return False
     try:
-        return json.loads(config.read_text(encoding="utf-8")).get("local_files_only") is True
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        config = read_json(target / "tokenizer_config.json")
+    except DataError:  # missing or damaged: converted again
         return False
+    return isinstance(config, dict) and config.get("local_files_only") is True
 
 
 def _once(target: Path, build) -> Path:
