@@ -137,7 +137,7 @@ def test_rescore_reads_a_replies_file_and_a_runs_samples(tmp_path, capsys):
              "labels": LETTERS, "answer": "A"}]
     replies.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["rescore", str(replies), "--reader", "medrag", "--json", "--per_item"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out)["tasks"]["replies"]
     assert (out["n"], out["acc"], out["invalid"], out["acc_mirage"]) == (2, 0.5, 0.5, 1.0)
     assert [i["reading"] for i in out["items"]] == ["C", INVALID]
     # an lm-eval samples file of a generative task
@@ -147,7 +147,7 @@ def test_rescore_reads_a_replies_file_and_a_runs_samples(tmp_path, capsys):
     run.mkdir()
     (run / "samples_medqa_usmle_direct_gen_2026.jsonl").write_text(json.dumps(sample) + "\n")
     assert main(["rescore", str(run), "--reader", "generative", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out)["tasks"]["medqa_usmle_direct_gen"]
     assert (out["acc"], out["invalid"], out["acc_flexible"]) == (0.0, 1.0, 1.0)
     (run / "bad.jsonl").write_text('{"id": "q"}\n')
     assert main(["rescore", str(run / "bad.jsonl"), "--reader", "generative"]) == 2

@@ -41,6 +41,29 @@ def json_stdout(args):
 
 
 def emit_json(args, obj, indent: int | None = 1) -> None:
-    """Write the command's JSON document (to stdout once the command ends)."""
+    """Write the command's JSON document (to stdout once the command ends). It always parses: a float that is not
+    finite (JSON has no NaN) is written as null, and a string that is not valid Unicode (a lone surrogate read from
+    a user's id) is written escaped, as ``\\ud800``, instead of losing the whole document at output."""
     out = getattr(args, "json_out", None) or sys.stdout
-    out.write(json.dumps(obj, indent=indent, ensure_ascii=False, default=str) + "\n")
+    try:
+        text = json.dumps(obj, indent=indent, ensure_ascii=False, default=str, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(obj), indent=indent, ensure_ascii=False, default=str, allow_nan=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(_finite(obj), indent=indent, ensure_ascii=True, default=str, allow_nan=False)
+    out.write(text + "\n")
+
+
+def _finite(obj):
+    """``obj`` with every non-finite float as None."""
+    import math
+
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj

@@ -55,6 +55,10 @@ def require_file(path: Path, *, setting: str = "MEDR2_DATA_DIR", hub: str | None
     return path
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     """Yield ``(line_number, object)`` for each non-blank line; a bad line raises RowError."""
     try:
@@ -63,9 +67,13 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
                 if not line.strip():
                     continue
                 try:
-                    obj = json.loads(line)
+                    obj = json.loads(line, parse_constant=_no_constant)
                 except json.JSONDecodeError as exc:
                     raise RowError(path, lineno, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+                except RecursionError:
+                    raise RowError(path, lineno, None, "invalid JSON (nested too deeply)") from None
+                except ValueError as exc:  # a number over int()'s digit limit; NaN or Infinity (_no_constant)
+                    raise RowError(path, lineno, None, f"invalid JSON ({exc})") from None
                 if not isinstance(obj, dict):
                     raise RowError(path, lineno, None, f"expected a JSON object, found {type(obj).__name__}")
                 yield lineno, obj

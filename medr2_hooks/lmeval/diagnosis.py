@@ -23,7 +23,9 @@ from ..data import orphanet
 
 N_DIAGNOSES = 5
 _ITEM = re.compile(r"^[\s*_]*(\d+)\s*[.)]\s*(.*)$")
-_EXPLANATION = re.compile(r"\s+[-–—]\s+|:\s|\s\(|;|,?\s+because\s")
+# a run of spaces is tried from its first space only, and taken whole (possessive): a line of a megabyte of spaces
+# splits in linear time
+_EXPLANATION = re.compile(r"(?<!\s)\s++[-–—]\s|:\s|\s\(|;|,?(?<!\s)\s++because\s")
 
 
 def parse_list(reply: str) -> list[str]:
@@ -42,7 +44,7 @@ def _numbered(text: str) -> list[str]:
     expected = 1
     for line in text.split("\n"):
         m = _ITEM.match(line)
-        if m is None or int(m.group(1)) != expected:
+        if m is None or m.group(1).lstrip("0") != str(expected):  # never int(): a 5,000-digit number is refused
             break
         expected += 1
         name = _EXPLANATION.split(m.group(2), maxsplit=1)[0].strip().rstrip(".").strip("*").strip()

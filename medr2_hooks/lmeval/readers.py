@@ -52,7 +52,9 @@ def _canonical(found: str, labels: list[str]) -> str:
 
 def read_statement(text: str, labels: list[str]) -> str:
     """The option the last explicit answer statement names, or :data:`INVALID`."""
-    pattern = re.compile(rf"(?:{_STATEMENT}){_FILLER}{_OPEN}?\s*({_alternation(labels, True)})\s*{_CLOSE}?[*_]*"
+    # the filler alone takes the spaces before an unbracketed label, so each statement is read in one pass (a
+    # second `\s*` there would make a reply of "the answer is" and 64,000 spaces quadratic)
+    pattern = re.compile(rf"(?:{_STATEMENT}){_FILLER}(?:{_OPEN}\s*)?({_alternation(labels, True)})\s*{_CLOSE}?[*_]*"
                          r"(?![A-Za-z0-9])")
     found = pattern.findall(text)
     return _canonical(found[-1], labels) if found else INVALID
@@ -71,8 +73,11 @@ def read_flexible(text: str, options: dict[str, str]) -> str:
     if strict != INVALID:
         return strict
     texts = {label: _norm(t) for label, t in options.items() if _norm(t)}
+    # an option's text is a prefix of the statement's rest: a bounded head of it is enough to compare (a line of
+    # many statements would otherwise normalise the rest of the line once per statement)
+    head = 4 * max((len(t) for t in options.values()), default=0) + 1024
     for m in reversed(list(re.finditer(rf"(?:{_STATEMENT})\s*[:：]?(.+)", text))):
-        stated = _norm(m.group(1))
+        stated = _norm(m.group(1)[:head])
         named = [label for label, t in texts.items() if stated.startswith(t)]
         if len(named) == 1:
             return named[0]
@@ -82,22 +87,37 @@ def read_flexible(text: str, options: dict[str, str]) -> str:
 
 # -- MedRAG's JSON answer ------------------------------------------------------------------------------------------
 _CHOICE_FIELD = re.compile(r'"answer_choice"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_OBJECT_START = re.compile(r'\{\s*["}]')
 
 
 def _json_values(text: str, key: str) -> list[str]:
-    """``key``'s string values, in order, from every JSON object in ``text`` that parses (non-strict: raw control
-    characters inside strings are allowed), else from ``"key": "..."`` fields."""
-    decoder, values = json.JSONDecoder(strict=False), []
-    for start in (i for i, ch in enumerate(text) if ch == "{"):
+    """``key``'s string value in the last JSON object in ``text`` that parses and has one (non-strict: raw control
+    characters inside strings are allowed), else the values of ``"key": "..."`` fields, in order.
+
+    Objects are tried from the last one that opens like an object (``{`` then ``"`` or ``}``) backwards, and the text
+    the decoder is handed is bounded by a few dozen times the reply's length: a reply of a megabyte of braces or of
+    nested, unclosed objects reads in well under a second, and an ordinary reply is tried at every brace."""
+    decoder = json.JSONDecoder(strict=False)
+    budget = 32 * len(text) + (1 << 20)
+    for start in reversed([m.start() for m in _OBJECT_START.finditer(text)]):
+        budget -= len(text) - start  # the slice, and an error's line count over it
+        if budget < 0:
+            break
         try:
             obj, _ = decoder.raw_decode(text[start:])
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON; a number over int's digit limit; nesting too deep
             continue
         if isinstance(obj, dict) and isinstance(obj.get(key), str):
-            values.append(obj[key])
-    if values or key != "answer_choice":
-        return values
-    return [json.loads(f'"{v}"', strict=False) for v in _CHOICE_FIELD.findall(text)]
+            return [obj[key]]
+    if key != "answer_choice":
+        return []
+    values = []
+    for raw in _CHOICE_FIELD.findall(text):
+        try:
+            values.append(json.loads(f'"{raw}"', strict=False))
+        except ValueError:  # an escape JSON does not know ("\x"): the field as written
+            values.append(raw)
+    return values
 
 
 def _read_value(value: str, options: dict[str, str]) -> str:
