@@ -168,10 +168,12 @@ def load_yaml(path: str | Path, aliases: bool = True) -> dict:
 def in_range(obj: Any, name: str, low: float | None = None, high: float | None = None,
              low_open: bool = False) -> None:
     """Raise ValueError when field ``name`` of ``obj`` lies outside ``[low, high]`` (``(low, high]`` with
-    ``low_open``); ``None`` values (an unset optional) pass. Called from dataclasses' ``__post_init__``."""
+    ``low_open``) or is NaN; ``None`` values (an unset optional) pass. Called from dataclasses' ``__post_init__``."""
     value = getattr(obj, name)
     if value is None:
         return
+    if isinstance(value, float) and value != value:  # NaN: every comparison is false, so it would pass
+        raise ValueError(f"{name} must be a number, found nan")
     too_low = low is not None and (value <= low if low_open else value < low)
     too_high = high is not None and value > high
     if too_low or too_high:

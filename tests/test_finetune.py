@@ -135,7 +135,12 @@ def test_kill_during_training_and_resume_reproduces_the_uninterrupted_loss_curve
     assert proc.returncode == -signal.SIGKILL, "the run should have been killed mid-training"
     assert not (out / "final").exists()
 
+    # what a user keeps beside the run's checkpoints is not the run's to delete (issue 52.1)
+    (out / "checkpoint-000500-mine").mkdir()
+    (out / "notes.txt").write_text("mine")
     resumed = train(load_recipe(_write_recipe(tmp_path, tiny_gemma, str(out))), log=lambda *_: None)
+    assert (out / "checkpoint-000500-mine").is_dir() and (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in out.glob("checkpoint-0000*")) == ["checkpoint-000006"]
     assert [r["step"] for r in resumed["losses"]] == list(range(1, 7))
     for a, b in zip(resumed["losses"], whole["losses"]):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5) and a["lr"] == pytest.approx(b["lr"])

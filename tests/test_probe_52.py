@@ -144,3 +144,92 @@ def test_bounded_readers_read_as_before():
     assert readers.read_json_choice('"answer_choice": "B" {{{', OPTIONS) == "B"
     assert parse_list("1. Marfan syndrome   -   because of x\n2. Ehlers-Danlos syndrome, because y") == [
         "Marfan syndrome", "Ehlers-Danlos syndrome"]
+
+
+def _recipe_file(tmp_path: Path, **overrides) -> str:
+    import yaml
+
+    recipe = {"name": "probe", "model": "embedded:gemma-270m", "output_dir": str(tmp_path / "out"),
+              "train": [{"benchmark": "medqa_usmle", "split": "dev", "count": 4}],
+              "evaluate": [{"benchmark": "medqa_usmle", "split": "test", "count": 10}], **overrides}
+    path = tmp_path / "probe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return str(path)
+
+
+def test_finetune_refuses_a_folder_it_did_not_make_and_deletes_nothing(tmp_path, capsys):
+    out = tmp_path / "out"
+    for name in ("checkpoint-500", "checkpoint-1000", "final.tmp"):
+        (out / name).mkdir(parents=True)
+    (out / "loss.jsonl").write_text('{"step": 1000, "loss": 0.1}\n')
+    before = sorted(p.name for p in out.iterdir())
+    assert main(["finetune", _recipe_file(tmp_path), "--no_wandb"]) == 2
+    assert "is not empty and was not made by medr2 finetune" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert (out / "loss.jsonl").read_text() == '{"step": 1000, "loss": 0.1}\n'
+
+
+@pytest.mark.parametrize("latest, message", [({}, "expected"), ({"checkpoint": "../../../../../etc"}, "expected"),
+                                             ([1], "expected")])
+def test_finetune_refuses_a_latest_marker_that_leads_elsewhere_before_loading(tmp_path, capsys, latest, message):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "medr2_finetune.json").write_text('{"recipe": "probe"}')
+    (out / "latest.json").write_text(json.dumps(latest))
+    started = time.perf_counter()
+    assert main(["finetune", _recipe_file(tmp_path), "--no_wandb"]) == 2
+    err = capsys.readouterr().err
+    assert "latest.json: expected" in err and len(err.strip().splitlines()) == 1, err
+    assert time.perf_counter() - started < 10  # refused before the model loads
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"name": "../../../../tmp/x", "output_dir": None}, "is not a safe name"),
+    ({"name": "/tmp/x", "output_dir": None}, "is not a safe name"),
+    ({"epochs": 0}, "epochs must be >= 1"),
+    ({"micro_batch": 0}, "micro_batch must be >= 1"),
+    ({"max_steps": 0}, "max_steps must be >= 1"),
+    ({"learning_rate": float("nan")}, "learning_rate must be a number"),
+])
+def test_finetune_recipes_that_cannot_train_are_refused_before_anything_loads(tmp_path, capsys, overrides, message):
+    path = _recipe_file(tmp_path, **overrides)
+    if overrides.get("output_dir", "") is None:
+        import yaml
+
+        raw = yaml.safe_load(Path(path).read_text())
+        raw.pop("output_dir")
+        Path(path).write_text(yaml.safe_dump(raw))
+    assert main(["finetune", path, "--no_wandb"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_finetuned_folder_is_held_to_the_format_its_cells_read(tmp_path, capsys):
+    from medr2_hooks.settings import REPO_ROOT
+
+    shipped = (REPO_ROOT / "experiments" / "table2_embedded.yaml").read_text()
+    letters = tmp_path / "letters.yaml"
+    letters.write_text(shipped.replace("cpu_usmle_dev_slice_gen/final", "cpu_usmle_dev_slice/final")
+                       .replace("~/.cache/medr2", os.environ.get("MEDR2_CACHE_DIR", "~/.cache/medr2")))
+    assert main(["sweep", str(letters), "--dry-run", "--json"]) == 2
+    assert "trains answer_format letters, chat false, but its cells are read as answer_format generative" in \
+        capsys.readouterr().err
+    # a trained folder is judged by its own manifest, wherever it lies
+    folder = tmp_path / "mine" / "final"
+    folder.mkdir(parents=True)
+    (folder / "medr2_training.json").write_text(json.dumps({"recipe": {"answer_format": "letters", "chat": False}}))
+    letters.write_text(shipped.replace("~/.cache/medr2/finetune/cpu_usmle_dev_slice_gen/final", str(folder)))
+    assert main(["sweep", str(letters), "--dry-run", "--json"]) == 2
+    assert f"checkpoint {folder} trains answer_format letters" in capsys.readouterr().err
+
+
+def test_evaluating_a_checkpoint_on_a_task_that_reads_other_answers_is_refused(tmp_path, capsys):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "medr2_training.json").write_text(json.dumps({"recipe": {"model": "embedded:gemma-270m",
+                                                                       "answer_format": "letters", "chat": False},
+                                                            "trained_items": []}))
+    assert main(["eval", "--tasks", "medqa_usmle_direct_gen", "--model", "hf", "--model_args",
+                 f"pretrained={folder}", "--limit", "2", "--no_wandb"]) == 2
+    assert "(evaluated on medqa_usmle_direct_gen) trains answer_format letters" in capsys.readouterr().err

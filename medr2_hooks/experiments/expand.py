@@ -156,10 +156,19 @@ def finetune_checkpoint(exp: Experiment, spec, benchmark: str) -> dict:
     ``<checkpoints>/<recipe>/final`` for the recipe the experiment maps the benchmark to, trained from the target."""
     from .. import settings
 
+    from ..finetune.recipe import load_recipe, trained_format
+
     recipe = exp.finetune.get(benchmark)
     if recipe is None:
-        return {"checkpoint": str(Path(spec.finetuned).expanduser())}
-    _check_trained_format(exp, spec, recipe)
+        folder = Path(spec.finetuned).expanduser()
+        trained = trained_format(folder)
+        if trained is None:
+            return {"checkpoint": str(folder), "format": "checked when evaluated: the folder has no training manifest "
+                                                         "yet and is no recipe's default output"}
+        _check_trained_format(exp, spec, *trained)
+        return {"checkpoint": str(folder)}
+    named = load_recipe(recipe)
+    _check_trained_format(exp, spec, named.answer_format, named.chat, f"recipe {recipe}")
     root = Path(os.path.expandvars(spec.checkpoints)).expanduser() if spec.checkpoints else \
         settings.cache_dir() / "finetune" / spec.name
     base = pretrained_of(spec)
@@ -168,19 +177,12 @@ def finetune_checkpoint(exp: Experiment, spec, benchmark: str) -> dict:
                      f"{recipe} --model {base} --output_dir {root / recipe}"}
 
 
-def _check_trained_format(exp: Experiment, spec, name: str) -> None:
-    """One rule: a checkpoint learns to answer as its cell reads it — a generatively scored cell's recipe trains on
-    the generative prompt and answer statement (through the chat template exactly when the cell applies it), a
-    letter-scored cell's on the letter prompt and label."""
-    from ..finetune.recipe import load_recipe
+def _check_trained_format(exp: Experiment, spec, answer_format: str, chat: bool, what: str) -> None:
+    """:func:`medr2_hooks.finetune.recipe.check_read_as` for this experiment's finetune cells of ``spec``."""
+    from ..finetune.recipe import check_read_as
 
-    recipe = load_recipe(name)
-    wanted = ("generative" if exp.scoring == "generative" else "letters",
-              exp.scoring == "generative" and exp.apply_chat_template and spec.chat is not False)
-    if (recipe.answer_format, recipe.chat) != wanted:
-        raise ConfigError(f"{exp.name} {spec.name}: recipe {name} trains answer_format {recipe.answer_format}, chat "
-                          f"{str(recipe.chat).lower()}, but its cells are read as answer_format {wanted[0]}, chat "
-                          f"{str(wanted[1]).lower()}: a checkpoint must learn the answer its reader takes")
+    check_read_as(answer_format, chat, exp.scoring == "generative", bool(exp.apply_chat_template
+                  and spec.chat is not False), f"{exp.name} {spec.name}: {what}")
 
 
 def _resolved(exp: Experiment, spec, method: str, override: dict) -> dict:

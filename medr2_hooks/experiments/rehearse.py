@@ -39,7 +39,9 @@ CPU_LOOP = {"iterations": 2, "conflict": {"top": 2}, "max_demos": 1, "cot_max_ne
 CPU_K = {"retrieve_k": 4, "coarse_k": 8}  # at most this many candidates per retriever / in the coarse set
 CPU_GEN_TOKENS = 48  # a generative target's answer (the paper setting's 1024 would take minutes an item here)
 GPU_ONLY = ("index", "coarse", "target_tokenizer")  # BGE index, cross-encoder reranker, the target's hub tokenizer
-CPU_FINETUNED = "~/.cache/medr2/finetune/cpu_usmle_dev_slice/final"  # finetune cells: the CPU recipe's checkpoint
+# finetune cells: the checkpoint of the CPU recipe trained on the answers the cells read (letters / generative)
+CPU_FINETUNED = {"letters": "~/.cache/medr2/finetune/cpu_usmle_dev_slice/final",
+                 "generative": "~/.cache/medr2/finetune/cpu_usmle_dev_slice_gen/final"}
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,7 @@ def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
         served = spec.model in SERVED_MODELS
         models.append(ModelSpec(name=spec.name, model=spec.model if served else stand,
                                 model_args=served_target(stand, plan) if served else "", roles=roles,
-                                pack_window_cap=cap, finetuned=CPU_FINETUNED if "finetune" in exp.methods else None))
+                                pack_window_cap=cap, finetuned=CPU_FINETUNED[exp.scoring] if "finetune" in exp.methods else None))
         mapping[spec.name] = {"target": spec.model_args or spec.model, "stand_in": stand, "pack_window_cap": cap,
                               "served": served,
                               "roles": {r: s["model"] for r, s in ({"llm": roles["llm"], **roles["roles"]}.items()

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from .. import settings
-from ..config import ConfigError, from_dict, load_yaml
+from ..config import ConfigError, from_dict, in_range, load_yaml
+from ..fs import safe_component
 
 TRAIN_SOURCES = ("pool", "hub", "medqa_release")
 ANSWER_FORMATS = ("letters", "generative")
@@ -63,8 +64,14 @@ class FinetuneRecipe:
     output_dir: str | None = None  # default: $MEDR2_CACHE_DIR/finetune/<name>
 
     def __post_init__(self):
+        safe_component(self.name, "recipe name")  # the default output folder's name
         if not self.train:
             raise ValueError("a recipe needs at least one training slice")
+        for name in ("global_batch", "micro_batch", "epochs", "max_steps", "max_length", "checkpoint_every"):
+            in_range(self, name, 1)  # a checkpoint is final only when it has trained at least one step
+        in_range(self, "learning_rate", 0, low_open=True)
+        in_range(self, "weight_decay", 0)
+        in_range(self, "max_grad_norm", 0, low_open=True)
         if self.global_batch % self.micro_batch:
             raise ValueError(f"global_batch {self.global_batch} must be a multiple of micro_batch {self.micro_batch}")
         if not 0 <= self.warmup_ratio < 1:
@@ -83,6 +90,38 @@ class FinetuneRecipe:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+def check_read_as(answer_format: str, chat: bool, generative: bool, chat_template: bool, where: str) -> None:
+    """The one rule of a checkpoint and its cells: it learns to answer as its cell reads it. A generatively scored
+    cell's checkpoint was trained on the generative prompt and answer statement (through the chat template exactly
+    when the cell applies it), a letter-scored cell's on the letter prompt and label; anything else is an error."""
+    wanted = ("generative" if generative else "letters", bool(generative and chat_template))
+    if (answer_format, bool(chat)) != wanted:
+        raise ConfigError(f"{where} trains answer_format {answer_format}, chat {str(bool(chat)).lower()}, but its "
+                          f"cells are read as answer_format {wanted[0]}, chat {str(wanted[1]).lower()}: a checkpoint "
+                          "must learn the answer its reader takes")
+
+
+def trained_format(checkpoint) -> tuple[str, bool, str] | None:
+    """``(answer_format, chat, what)`` of a checkpoint folder: from its training manifest once trained, else from the
+    recipe whose default output folder it is (``$MEDR2_CACHE_DIR/finetune/<recipe>/final``); None when neither
+    says."""
+    from pathlib import Path
+
+    from ..fs import read_json
+
+    folder = Path(checkpoint).expanduser()
+    manifest = folder / "medr2_training.json"  # medr2_hooks.finetune.train.MANIFEST
+    if manifest.is_file():
+        recipe = read_json(manifest).get("recipe") or {}
+        return recipe.get("answer_format", "letters"), bool(recipe.get("chat")), f"checkpoint {folder}"
+    recipes = settings.REPO_ROOT / "finetune" / "recipes"
+    if folder.name == "final" and (recipes / f"{folder.parent.name}.yaml").is_file():
+        recipe = load_recipe(folder.parent.name)
+        if recipe.out_dir().expanduser().resolve() == folder.parent.resolve():
+            return recipe.answer_format, recipe.chat, f"checkpoint {folder} (recipe {recipe.name})"
+    return None
 
 
 def load_recipe(name_or_path: str, overrides: dict | None = None) -> FinetuneRecipe:

@@ -22,17 +22,20 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from ..config import ConfigError
+from ..config import ConfigError, short_repr
 from ..fs import atomic_write_text, read_json, write_json
 from .examples import Row, check_no_overlap, training_rows
 from .recipe import FinetuneRecipe
 
 MANIFEST = "medr2_training.json"
+OWNER = "medr2_finetune.json"  # marks an output folder this command made (and may resume in)
+_CHECKPOINT = re.compile(r"checkpoint-[0-9]{6}")
 MIXED = {"bfloat16": "bf16", "float16": "fp16"}  # recipe dtype -> accelerate mixed precision (fp32 master weights)
 
 
@@ -62,11 +65,46 @@ def answer_loss_sum(model, rows: list[Row], pad_id: int, device):
 
 
 def _latest(out: Path) -> Path | None:
+    """The checkpoint ``latest.json`` names: one of this folder's own ``checkpoint-NNNNNN`` (a hand-edited name that
+    would lead elsewhere, ``../../etc``, or a damaged file is an error naming it), or None."""
     marker = out / "latest.json"
     if not marker.is_file():
         return None
-    path = out / read_json(marker)["checkpoint"]
-    return path if path.is_dir() else None
+    named = read_json(marker)
+    name = named.get("checkpoint") if isinstance(named, dict) else None
+    if not isinstance(name, str) or not _CHECKPOINT.fullmatch(name):
+        raise ConfigError(f"{marker}: expected {{\"checkpoint\": \"checkpoint-NNNNNN\"}} naming a checkpoint in this "
+                          f"folder, found {short_repr(named, 120)}; delete it to train from the start")
+    path = out / name
+    return path if (path / "trainer_state.json").is_file() else None
+
+
+def claim_output(recipe: FinetuneRecipe) -> Path:
+    """The recipe's output folder, made or resumed by this command only: a folder that holds anything but was not
+    made by ``medr2 finetune`` (no ``medr2_finetune.json``), or was made for another recipe, is refused before
+    anything loads, so nothing of the user's is deleted or overwritten; a finished checkpoint is never overwritten."""
+    out = recipe.out_dir()
+    if (out / "final" / MANIFEST).is_file():
+        raise ConfigError(f"{out / 'final'} holds a finished checkpoint; it is never overwritten: "
+                          "choose another output_dir or recipe name")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output_dir {out} is a file, not a folder")
+    if int(os.environ.get("RANK", "0")) != 0:
+        return out  # the launcher's main process claims the folder (another rank would see it half made)
+    owner = out / OWNER
+    if owner.is_file():
+        made = read_json(owner)
+        if not isinstance(made, dict) or made.get("recipe") != recipe.name:
+            raise ConfigError(f"{out} was made by medr2 finetune for recipe "
+                              f"{short_repr(made.get('recipe') if isinstance(made, dict) else made, 80)}, not "
+                              f"{recipe.name}: choose another output_dir")
+    elif out.is_dir() and any(out.iterdir()):
+        raise ConfigError(f"output_dir {out} is not empty and was not made by medr2 finetune (no {OWNER}): nothing in "
+                          "it is deleted or overwritten; choose an empty or new folder")
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(owner, {"recipe": recipe.name}, indent=None, ascii=True)
+    _latest(out)  # a damaged latest.json is refused now, before any model loads
+    return out
 
 
 def train(recipe: FinetuneRecipe, log=print, wandb_run=None) -> dict:
@@ -78,16 +116,16 @@ def train(recipe: FinetuneRecipe, log=print, wandb_run=None) -> dict:
     from ..llm.embedded import resolve
     from ..llm.local import load_causal_lm, weights_revision
 
-    out = recipe.out_dir()
+    out = claim_output(recipe)
     final = out / "final"
-    if (final / MANIFEST).is_file():
-        raise ConfigError(f"{final} holds a finished checkpoint; it is never overwritten: "
-                          "choose another output_dir or recipe name")
     acc = Accelerator(mixed_precision=MIXED.get(recipe.dtype, "no"))
     path = resolve(recipe.model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     rows, skipped = training_rows(recipe, tokenizer)
+    if not rows:
+        raise ConfigError(f"recipe {recipe.name}: no training row is left (skipped: "
+                          f"{ {k: len(v) for k, v in skipped.items()} }): nothing to train")
     check_no_overlap([r.item for r in rows], recipe)
     steps_per_epoch = math.ceil(len(rows) / recipe.global_batch)
     total = recipe.epochs * steps_per_epoch
@@ -102,7 +140,8 @@ def train(recipe: FinetuneRecipe, log=print, wandb_run=None) -> dict:
     acc.register_for_checkpointing(scheduler)
 
     losses_path = out / "loss.jsonl"
-    state = _resume(acc, out, losses_path, f"{recipe.name} at step {{}}/{total}", log)
+    state, resumed = _resume(acc, out, losses_path, f"{recipe.name} at step {{}}/{total}", log)
+    own = [resumed] if resumed else []  # the checkpoints this run wrote or resumed from: the only ones it deletes
 
     from accelerate.utils import DistributedType
     from tqdm.auto import tqdm
@@ -136,7 +175,7 @@ def train(recipe: FinetuneRecipe, log=print, wandb_run=None) -> dict:
         bar.update(1)
         bar.set_postfix(loss=f"{step_loss:.4f}")
         if state["step"] % recipe.checkpoint_every == 0 or state["step"] == total:
-            _checkpoint(acc, out, state)
+            own = [_checkpoint(acc, out, state, own)]
     bar.close()
     acc.wait_for_everyone()
     manifest = {
@@ -154,9 +193,10 @@ def train(recipe: FinetuneRecipe, log=print, wandb_run=None) -> dict:
     return manifest
 
 
-def _resume(acc, out: Path, losses_path: Path, where: str, log) -> dict:
+def _resume(acc, out: Path, losses_path: Path, where: str, log) -> tuple[dict, str | None]:
     """The training state of the latest checkpoint under ``out`` (its optimizer, scheduler and RNG loaded into
-    ``acc``), or a fresh one; the loss log is cut back to the checkpoint's step (later steps are recomputed)."""
+    ``acc``) and its name, or a fresh one; the loss log is cut back to the checkpoint's step (later steps are
+    recomputed)."""
     out.mkdir(parents=True, exist_ok=True)
     state = {"step": 0, "tokens": 0, "train_seconds": 0.0}
     resume_from = _latest(out)
@@ -168,7 +208,7 @@ def _resume(acc, out: Path, losses_path: Path, where: str, log) -> dict:
         kept = [line for line in (losses_path.read_text().splitlines() if losses_path.exists() else [])
                 if json.loads(line)["step"] <= state["step"]]
         atomic_write_text(losses_path, "".join(f"{line}\n" for line in kept))
-    return state
+    return state, resume_from.name if resume_from is not None else None
 
 
 def _step(acc, model, items: list, recipe: FinetuneRecipe, pad_id: int, tokens: int) -> float:
@@ -206,14 +246,16 @@ def _save_final(acc, model, tokenizer, manifest: dict, out: Path, dtype: str) ->
         os.replace(tmp, out / "final")
 
 
-def _checkpoint(acc, out: Path, state: dict) -> None:
-    """Save ``checkpoint-<step>``, then point ``latest.json`` at it, then drop older checkpoints."""
+def _checkpoint(acc, out: Path, state: dict, own: list[str]) -> str:
+    """Save ``checkpoint-<step>``, then point ``latest.json`` at it, then drop the older checkpoints in ``own``
+    (this run's); returns the new one's name."""
     name = f"checkpoint-{state['step']:06d}"
     acc.save_state(str(out / name))
     if acc.is_main_process:
         write_json(out / name / "trainer_state.json", state, indent=None, ascii=True)
         write_json(out / "latest.json", {"checkpoint": name}, indent=None, ascii=True)
-        for old in out.glob("checkpoint-*"):
-            if old.name != name:
-                shutil.rmtree(old, ignore_errors=True)
+        for old in own:
+            if old != name:
+                shutil.rmtree(out / old, ignore_errors=True)
     acc.wait_for_everyone()
+    return name

@@ -47,9 +47,9 @@ def check_tasks(names: list[str], metadata: dict | None = None):
     return full
 
 
-def task_hook_kwargs(names: list[str], metadata: dict | None = None) -> dict[str, dict]:
-    """For every retrieval task among ``names`` (groups expanded): the keyword arguments lm-eval will give its
-    dataset hook, built by lm-eval's own config loader (YAML includes, ``--metadata`` merged as lm-eval does)."""
+def task_configs(names: list[str], metadata: dict | None = None) -> dict[str, dict]:
+    """Every task among ``names`` (groups expanded) with its configuration as lm-eval's own loader builds it (YAML
+    includes, ``--metadata`` merged as lm-eval does)."""
     from .compat import full_task_config
 
     manager = check_tasks(names, metadata)
@@ -62,10 +62,19 @@ def task_hook_kwargs(names: list[str], metadata: dict | None = None) -> dict[str
             for member in members:
                 visit(member if isinstance(member, str) else member["task"])
             return
-        hook = cfg.get("custom_dataset")
-        if hook is not None and f"{getattr(hook, '__module__', '')}.{getattr(hook, '__name__', '')}" == HOOK:
-            out[name] = {**(cfg.get("metadata") or {}), **(cfg.get("dataset_kwargs") or {})}
+        out[name] = cfg
 
     for name in names:
         visit(name)
+    return out
+
+
+def task_hook_kwargs(names: list[str], metadata: dict | None = None) -> dict[str, dict]:
+    """For every retrieval task among ``names`` (groups expanded): the keyword arguments lm-eval will give its
+    dataset hook."""
+    out: dict[str, dict] = {}
+    for name, cfg in task_configs(names, metadata).items():
+        hook = cfg.get("custom_dataset")
+        if hook is not None and f"{getattr(hook, '__module__', '')}.{getattr(hook, '__name__', '')}" == HOOK:
+            out[name] = {**(cfg.get("metadata") or {}), **(cfg.get("dataset_kwargs") or {})}
     return out
