@@ -125,7 +125,8 @@ def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
         served = spec.model in SERVED_MODELS
         models.append(ModelSpec(name=spec.name, model=spec.model if served else stand,
                                 model_args=served_target(stand, plan) if served else "", roles=roles,
-                                pack_window_cap=cap, finetuned=CPU_FINETUNED[exp.scoring] if "finetune" in exp.methods else None))
+                                pack_window_cap=cap,
+                                finetuned=CPU_FINETUNED[exp.scoring] if "finetune" in exp.methods else None))
         mapping[spec.name] = {"target": spec.model_args or spec.model, "stand_in": stand, "pack_window_cap": cap,
                               "served": served,
                               "roles": {r: s["model"] for r, s in ({"llm": roles["llm"], **roles["roles"]}.items()
