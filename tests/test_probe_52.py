@@ -233,3 +233,50 @@ def test_evaluating_a_checkpoint_on_a_task_that_reads_other_answers_is_refused(t
     assert main(["eval", "--tasks", "medqa_usmle_direct_gen", "--model", "hf", "--model_args",
                  f"pretrained={folder}", "--limit", "2", "--no_wandb"]) == 2
     assert "(evaluated on medqa_usmle_direct_gen) trains answer_format letters" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage, message", [
+    (b'{"doc": {"id": "q0"}, "acc": 1.0}\n{"doc": {"id"', "invalid JSON"),
+    (b'{"doc": {"id": "q0"}, "acc": 1.0}\n\xff\n', "invalid UTF-8"),
+    (b'{"doc": null, "acc": 1.0}\n', "field 'doc.id'"),
+])
+def test_report_reads_damaged_samples_as_one_line_errors(tmp_path, monkeypatch, capsys, damage, message):
+    from medr2_hooks.experiments.config import load_experiment
+    from medr2_hooks.experiments.expand import expand
+    from medr2_hooks.experiments.sweep import run_dir
+
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path))
+    run = next(r for r in expand(load_experiment("table10_embedded")) if r.method == "direct")
+    out = run_dir(run)
+    (out / "model").mkdir(parents=True)
+    (out / "run.json").write_text(json.dumps({"results": {run.task: {"acc,none": 1.0}}, "wall_seconds": 1.0}))
+    (out / "model" / f"samples_{run.task}_2026.jsonl").write_bytes(damage)
+    assert main(["report", "table10_embedded"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and f"samples_{run.task}_2026.jsonl" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_prepass_record_the_run_could_not_find_is_an_unknown_cost(tmp_path, monkeypatch):
+    from medr2_hooks.experiments.config import load_experiment
+    from medr2_hooks.experiments.expand import expand
+    from medr2_hooks.experiments.report import load_runs
+    from medr2_hooks.experiments.sweep import run_dir
+
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path))
+    run = next(r for r in expand(load_experiment("table10_embedded")) if r.method == "ablation_qrc")
+    out = run_dir(run)
+    (out / "model").mkdir(parents=True)
+    (out / "run.json").write_text(json.dumps({"results": {run.task: {"acc,none": 1.0}}, "wall_seconds": 1.0,
+                                              "prepass": {run.task: {"missing": "/gone/record.json"}}}))
+    (out / "model" / f"samples_{run.task}_2026.jsonl").write_text(json.dumps({"doc": {"id": "q0"}, "acc": 1.0}) + "\n")
+    got = load_runs([run])[run.name]
+    assert got["score"] == 100.0 and got["prepass_seconds"] is None and got["model_calls"] is None
+
+
+@pytest.mark.parametrize("damage, message", [(b'{"doc": {"id"', "invalid JSON"), (b"\xff\n", "invalid UTF-8"),
+                                             (b'{"doc": 1, "filtered_resps": ["1. x"]}\n', "field 'doc'")])
+def test_judge_reads_damaged_samples_as_one_line_errors(tmp_path, capsys, damage, message):
+    (tmp_path / "samples_rarearena_rds_direct_2026.jsonl").write_bytes(damage)
+    assert main(["judge", str(tmp_path), "--backend", "hf", "--model", "embedded:smollm2-135m-instruct"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "samples_rarearena_rds_direct_2026.jsonl" in err and len(err.splitlines()) == 1, err

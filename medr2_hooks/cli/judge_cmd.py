@@ -31,31 +31,48 @@ def run(args: argparse.Namespace) -> int:
         spec["api"] = args.api
         if args.base_url:
             spec["base_url"] = args.base_url
-    print(json.dumps(judge_run(args.run_dir, Judge.from_spec(spec)), indent=1))
+    cases = read_cases(Path(args.run_dir))  # a damaged samples file is refused before the judge loads
+    print(json.dumps(judge_run(args.run_dir, Judge.from_spec(spec), cases), indent=1))
     return 0
 
 
-def judge_run(run_dir: str | Path, judge) -> dict:
-    """Grade a finished run's logged RareArena samples with ``judge`` (a
-    :class:`~medr2_hooks.lmeval.judge_client.Judge`: replies come from the stage cache where the run's own filter
-    asked the same); writes ``RUN_DIR/judged.json`` and returns it."""
-    from ..errors import DataError
-    from ..fs import write_json
-    from ..lmeval.diagnosis import judged_metrics
+def read_cases(run_dir: Path) -> dict:
+    """The judge's cases of each RareArena task logged in ``run_dir``: ``{task: [Case]}``; a damaged samples row is a
+    one-line error naming its file and line."""
+    from ..data.readers import iter_jsonl
+    from ..data.replies import samples_under, task_of
+    from ..errors import DataError, RowError
     from ..lmeval.judge_client import Case
 
-    files = sorted(Path(run_dir).rglob("samples_rarearena_*.jsonl"))
+    files = [p for p in samples_under(Path(run_dir))[0] if task_of(p).startswith("rarearena_")]
     if not files:
         raise DataError(f"{run_dir}: no samples_rarearena_*.jsonl (run a rarearena task with --log_samples)")
-    tasks: dict[str, list[Case]] = {}
+    tasks: dict[str, list] = {}
     for path in files:
-        task = path.name[len("samples_"):].rsplit("_", 1)[0]
-        for line in path.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
+        for lineno, row in iter_jsonl(path):
             if row.get("filter", "orphanet") not in ("orphanet", "none"):
                 continue  # the same response under the judge filter
-            response = row["filtered_resps"][0] if isinstance(row["filtered_resps"], list) else row["filtered_resps"]
-            tasks.setdefault(task, []).append(Case.from_doc(row["doc"], response))
+            got = row.get("filtered_resps")
+            response = got[0] if isinstance(got, list) and got else got
+            if not isinstance(response, str):
+                raise RowError(path, lineno, "filtered_resps", f"expected the reply's text, found {response!r:.80}")
+            try:
+                case = Case.from_doc(row.get("doc"), response)
+            except (TypeError, KeyError, AttributeError, ValueError, RecursionError):
+                raise RowError(path, lineno, "doc", "expected a RareArena document with its meta (orpha_name)") \
+                    from None
+            tasks.setdefault(task_of(path), []).append(case)
+    return tasks
+
+
+def judge_run(run_dir: str | Path, judge, tasks: dict | None = None) -> dict:
+    """Grade a finished run's logged RareArena samples with ``judge`` (a
+    :class:`~medr2_hooks.lmeval.judge_client.Judge`: replies come from the stage cache where the run's own filter
+    asked the same); writes ``RUN_DIR/judged.json`` and returns it. ``tasks``: the run's cases, already read."""
+    from ..fs import write_json
+    from ..lmeval.diagnosis import judged_metrics
+
+    tasks = read_cases(Path(run_dir)) if tasks is None else tasks
     result = {"judge": judge.backend.model_id, "tasks": {}}
     for task, cases in tasks.items():
         rows = [judged_metrics(g) for g in judge.grade(cases)]

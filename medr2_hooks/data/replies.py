@@ -24,7 +24,8 @@ from .readers import iter_jsonl
 READERS = ("generative", "medrag", "diagnosis")
 # the metric each reader's task reports and no other task does (lm-eval lists a sample's metrics in the row)
 _READER_METRIC = {"acc_mirage": "medrag", "acc_flexible": "generative", "top5_lenient": "diagnosis"}
-_SAMPLES = re.compile(r"samples_(?P<task>.+?)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9.\-:]+)\.jsonl"
+# lm-eval names them samples_<task>_<datetime.isoformat() with "-" for ":">.jsonl
+_SAMPLES = re.compile(r"samples_(?P<task>.+?)_(?P<date>\d{4}(?:-\d{2}-\d{2}T[0-9.\-]+)?)\.jsonl"
                       r"|samples_(?P<bare>.+)\.jsonl")
 
 
@@ -58,7 +59,12 @@ def task_of(path: Path) -> str:
     return (m.group("task") or m.group("bare")) if m else path.stem
 
 
-def _samples_files(root: Path) -> tuple[list[Path], int]:
+def sample_files(root: Path, task: str) -> list[Path]:
+    """Task ``task``'s ``samples_<task>_<date>.jsonl`` under a run folder, found without following a link."""
+    return [p for p in samples_under(root)[0] if task_of(p) == task]
+
+
+def samples_under(root: Path) -> tuple[list[Path], int]:
     """``samples_*.jsonl`` under ``root``, sorted, without following a link; and how many links were passed over."""
     found, links = [], 0
     for folder, dirs, files in os.walk(root, followlinks=False):
@@ -78,7 +84,7 @@ def load(path: Path, reader: str) -> Replies:
     if reader not in READERS:
         raise DataError(f"unknown reader {reader!r}; readers: {', '.join(READERS)}")
     if path.is_dir():
-        files, links = _samples_files(path)
+        files, links = samples_under(path)
         if not files:
             raise DataError(f"{path}: no samples_*.jsonl (run the tasks with --log_samples) and not a JSONL file")
     else:

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 from collections import defaultdict
 from pathlib import Path
 
 from .. import settings
+from ..data.readers import iter_jsonl
+from ..data.replies import sample_files
+from ..errors import RowError
 from ..fs import atomic_write_text, write_json
 from .config import Experiment
 from .expand import Run, expand
@@ -88,11 +90,15 @@ def _from_folder(run: Run) -> dict | None:
         return None
     name, where = metric[0].split(",")
     items = {}
-    for path in folder.rglob(f"samples_{run.task}_*.jsonl"):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
+    for path in sample_files(folder, run.task):
+        for lineno, row in iter_jsonl(path):
             if row.get("filter", "none") == where:
-                items[row["doc"]["id"]] = float(row.get(name, 0.0))
+                doc, value = row.get("doc"), row.get(name, 0.0)
+                if not isinstance(doc, dict) or not isinstance(doc.get("id"), (str, int)):
+                    raise RowError(path, lineno, "doc.id", "expected the scored document with its id")
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise RowError(path, lineno, name, f"expected the item's score, a number, found {value!r:.80}")
+                items[doc["id"]] = float(value)
     got = record["results"][run.task]
     invalid = got.get("invalid,none", got.get("invalid,orphanet"))
     top1 = got.get(f"top1_lenient,{where}", got.get(f"top1,{where}"))
@@ -103,6 +109,8 @@ def _from_folder(run: Run) -> dict | None:
     # this run nothing: their record describes the run that made them
     reused = bool(((record.get("prepared") or {}).get(run.task) or {}).get("reused"))
     paid = [] if reused else prepass
+    if any("wall_seconds" not in p for p in paid):  # a pre-pass record the run could not find ({"missing": path})
+        paid, prepass = [], []  # its cost is unknown, never a partial sum
     return {"metric": name if where == "none" else f"{name} ({where})", "score": metric[1], "items": items,
             "orphanet_top5": None if lower is None else 100 * float(lower),
             "judge": (record.get("judge") or {}).get(run.task),
