@@ -189,7 +189,7 @@ def test_finetune_refuses_a_latest_marker_that_leads_elsewhere_before_loading(tm
     ({"epochs": 0}, "epochs must be >= 1"),
     ({"micro_batch": 0}, "micro_batch must be >= 1"),
     ({"max_steps": 0}, "max_steps must be >= 1"),
-    ({"learning_rate": float("nan")}, "learning_rate must be a number"),
+    ({"learning_rate": float("nan")}, "learning_rate must be a finite number"),
 ])
 def test_finetune_recipes_that_cannot_train_are_refused_before_anything_loads(tmp_path, capsys, overrides, message):
     path = _recipe_file(tmp_path, **overrides)
@@ -280,3 +280,57 @@ def test_judge_reads_damaged_samples_as_one_line_errors(tmp_path, capsys, damage
     assert main(["judge", str(tmp_path), "--backend", "hf", "--model", "embedded:smollm2-135m-instruct"]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "samples_rarearena_rds_direct_2026.jsonl" in err and len(err.splitlines()) == 1, err
+
+
+def _experiment(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: probe\nmodels:\n  - {name: gemma-270m, model: \"embedded:gemma-270m\"}\n"
+                    "benchmarks: [medqa_usmle]\nwindows: [4096]\n" + text)
+    return str(path)
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path, capsys):
+    levels = "".join(f"  {c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdefg", "bcdefgh"))
+    path = _experiment(tmp_path, "methods: [direct]\nmetadata:\n  a: &a [x, x, x, x, x, x, x, x, x, x]\n" + levels)
+    started = time.perf_counter()
+    assert main(["sweep", path, "--dry-run"]) == 2
+    assert "expands to over 100,000 values through its aliases" in capsys.readouterr().err
+    assert time.perf_counter() - started < 5
+
+
+@pytest.mark.parametrize("text, message", [
+    ("methods: [vanilla_rag]\nscoring: generative\ngen_kwargs: max_gen_toks=8000\n",
+     "answer_tokens 8000 (the target's max_gen_toks) leaves 0 of the 4096-token window"),
+    ("methods: [vanilla_rag]\nmethod_override: {delta: .nan}\n", "delta must be a finite number, found nan"),
+    ("methods: [llm_amt]\nmethod_override: {relevance_threshold: .nan}\n", "relevance_threshold must be a finite"),
+    ("methods: [medr2]\nmethod_override: {alpha: .nan}\n", "alpha must be a finite number"),
+    ("methods: [vanilla_rag]\nmethod_override: {evidence_share: 1.0e-300}\n", "an evidence budget of 0 tokens"),
+])
+def test_settings_that_cannot_mean_what_they_say_are_refused(tmp_path, capsys, text, message):
+    assert main(["sweep", _experiment(tmp_path, text), "--dry-run", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_an_unreachable_served_target_is_one_line_naming_the_url_without_its_password(capsys):
+    args = ("model=embedded:gemma-270m,base_url=http://user:hunter2@127.0.0.1:9/v1/completions,"
+            "tokenizer_backend=huggingface,tokenizer=embedded:gemma-270m")
+    assert main(["eval", "--tasks", "medqa_usmle_direct", "--model", "local-completions", "--model_args", args,
+                 "--limit", "1", "--no_wandb"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "hunter2" not in err, err
+    assert "127.0.0.1:9/v1/completions cannot be reached" in err
+
+
+def test_a_first_dry_run_before_the_demo_index_is_built_plans_without_a_cost(tmp_path, monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    from medr2_hooks.experiments import budget
+
+    # a fresh clone: the demo index is not built (only the index manifests are looked up in this empty cache)
+    monkeypatch.setattr(budget, "settings", SimpleNamespace(cache_dir=lambda: tmp_path))
+    assert main(["sweep", "experiments/table9_embedded.yaml", "--dry-run", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    unbuilt = [r for r in out["runs"] if r["method"] == "medr2"]
+    assert unbuilt and all(r["cost"] is None and "until it is built" in r["cost_unavailable"] for r in unbuilt)
+    assert all(r["cost"] is not None for r in out["runs"] if r["method"] == "direct")

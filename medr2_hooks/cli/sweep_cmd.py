@@ -80,17 +80,17 @@ def run(args: argparse.Namespace) -> int:
 
         throughputs = {**parse_throughputs(exp.throughput), **parse_throughputs(args.throughput)}
         costs, total = estimate(runs, throughputs)
+        missing = {u["run"]: u["reason"] for u in total.get("runs_without_estimate", [])}
         if args.json:  # often kept as a file: no credential from a served role's URL or model_args
             from ..redact import redact
 
-            missing = {u["run"]: u["reason"] for u in total.get("runs_without_estimate", [])}
             emit_json(args, redact({"experiment": exp.name, "total": total, "runs": [
                 {**r.to_json(), "cost": c, **({"cost_unavailable": missing[r.name]} if c is None else {})}
                 for r, c in zip(runs, costs)]}))
         else:
             for r, c in zip(runs, costs):
-                print(f"{r.name}  task={r.task} model={r.lm_model} {r.model_args}  "
-                      f"{_brief(c) if c is not None else 'no estimate: its benchmark files are not here'}")
+                brief = _brief(c) if c is not None else f"no estimate: {missing.get(r.name, 'its data is not here')}"
+                print(f"{r.name}  task={r.task} model={r.lm_model} {r.model_args}  {brief}")
             print(f"{len(runs)} runs; estimated {_brief(total)}")
         return 0
     if exp.rehearsal:

@@ -14,7 +14,13 @@ import math
 
 from .. import settings
 from ..config import ConfigError
+from ..errors import DataError
 from ..fs import read_json
+
+
+class IndexNotBuilt(DataError):
+    """An index whose sizes are known only once it is built: its runs are planned without a cost estimate (as a
+    benchmark whose files are not here), not refused."""
 
 
 def unit_tokens(index: str, unit: str) -> tuple[float, str]:
@@ -42,8 +48,9 @@ def unit_tokens(index: str, unit: str) -> tuple[float, str]:
     if unit == "passage":
         return float(seg["passage_tokens"]), source
     if counts is None or not counts.get("documents"):
-        raise ConfigError(f"index {index!r}: document sizes are unknown until it is built (or its recipe declares "
-                          "planning: {document: N})")
+        raise IndexNotBuilt(f"index {index!r}: document sizes are unknown until it is built (medr2 index build "
+                            f"{index}; make demo builds textbooks_demo), or its recipe declares planning: "
+                            "{document: N}")
     return counts["passages"] / counts["documents"] * new + seg["passage_overlap"], source
 
 

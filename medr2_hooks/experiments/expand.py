@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .. import data, methods
 from ..config import ConfigError, key_values, target_model
+from ..errors import DataError
 from ..lmeval.runner import CONTINUATION_MODEL
 from ..pipeline.config import ROLES
 from .budget import candidates, size_candidates
@@ -203,7 +204,7 @@ def _resolved(exp: Experiment, spec, method: str, override: dict) -> dict:
            "cot_max_new_tokens": cfg.cot_max_new_tokens}
     try:
         out["candidates"] = candidates(cfg.index, cfg.unit, cfg.coarse_k, cfg.window, cfg.evidence_share)
-    except ConfigError as exc:
+    except (ConfigError, DataError) as exc:  # an index not yet built: the plan stands, its size is unknown
         out["candidates"] = {"unknown": str(exc)}
     # a paper experiment on GPU targets (not a CPU twin, not a rehearsal) must give the fine reranker a choice
     needed = exp.candidate_ratio or (PAPER_CANDIDATE_RATIO if exp.paper_table and not embedded_target

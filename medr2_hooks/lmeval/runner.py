@@ -25,6 +25,7 @@ from ..errors import Medr2Error
 from ..fs import read_json, replaced_folder, safe_component, write_json
 from ..llm import embedded
 from ..redact import redact, redacted_argv
+from .endpoints import SERVED, check_reachable, served_target_errors
 from .registry import check_tasks
 
 # Gemma-3 has a 262,144-token vocabulary and lm-eval's hf backend keeps full-vocabulary float32 logits per
@@ -35,7 +36,7 @@ EMBEDDED_BATCH_SIZE = {"embedded:gemma-270m": 4, "embedded:smollm2-135m-instruct
 CONTINUATION_MODEL = "hf-continuation"
 MODELS = {CONTINUATION_MODEL: "medr2_hooks.lmeval.hf_continuation:ContinuationHFLM"}
 # lm-eval's clients of a served target (`vllm serve`, or `medr2 serve` as its stand-in): no weights in this process
-SERVED_MODELS = ("local-completions", "local-chat-completions")
+SERVED_MODELS = SERVED
 
 
 def default_batch_size(model: str, tasks: list[str]) -> int | None:
@@ -297,15 +298,19 @@ def _evaluate(cfg: EvalConfig, name: str, out_dir: Path) -> tuple[dict, dict | N
     if lm_model in SERVED_MODELS:  # lm-eval's API clients: requests per call; concurrency is num_concurrent
         batch_size = cfg.batch_size or 1
 
+    if lm_model in SERVED_MODELS:
+        check_reachable(lm_model, model_args.get("base_url"))  # before any pre-pass: a wrong port costs nothing
     register_models()
     started = time.time()
     prepared = prepare_in_subprocess(cfg.tasks, metadata) if cfg.prepare else {}
-    results = simple_evaluate(
-        model=lm_model, model_args=model_args, tasks=cfg.tasks, num_fewshot=cfg.num_fewshot, batch_size=batch_size,
-        device=device, limit=cfg.limit, log_samples=cfg.log_samples, gen_kwargs=cfg.gen_kwargs,
-        apply_chat_template=cfg.apply_chat_template, task_manager=task_manager, random_seed=cfg.seed,
-        numpy_random_seed=cfg.seed, torch_random_seed=cfg.seed, fewshot_random_seed=cfg.seed,
-        metadata=metadata or None)
+    with served_target_errors(lm_model, model_args.get("base_url")):
+            results = simple_evaluate(
+            model=lm_model, model_args=model_args, tasks=cfg.tasks, num_fewshot=cfg.num_fewshot,
+            batch_size=batch_size, device=device, limit=cfg.limit, log_samples=cfg.log_samples,
+            gen_kwargs=cfg.gen_kwargs,
+            apply_chat_template=cfg.apply_chat_template, task_manager=task_manager, random_seed=cfg.seed,
+            numpy_random_seed=cfg.seed, torch_random_seed=cfg.seed, fewshot_random_seed=cfg.seed,
+            metadata=metadata or None)
     wall = time.time() - started
     samples = results.pop("samples", None)
     results = redact(results)  # task configs carry --metadata, which may hold a role's credentials

@@ -16,6 +16,9 @@ from ..fs import safe_component
 from ..rerank.fine import ConflictConfig
 from .declare import MODULES as PIPELINES
 
+MIN_PROMPT_ROOM = 512  # tokens of the window a question with its evidence needs, beside the answer's room
+MIN_EVIDENCE_TOKENS = 64  # the smallest evidence budget: one short passage
+
 EMBEDDED_LLM = {"backend": "hf", "model": "embedded:gemma-270m", "batch_size": 8}
 ROLES = ("classifier", "reformulator", "cot", "doc_typer", "leveler", "reference", "proxy", "relevance", "conflict",
          "augmenter", "usefulness")
@@ -116,8 +119,25 @@ class MethodConfig:
         for name in ("demo_evidence", "max_demos", "alpha", "delta", "answer_tokens"):
             in_range(self, name, 0)
         in_range(self, "evidence_share", 0, 1, low_open=True)
+        self._check_room()
         for name in ("relevance_threshold", "usefulness_threshold"):
             in_range(self, name, 0, 1)
+
+    def _check_room(self) -> None:
+        """A window that can hold what the method means: room for the prompt beside the answer's (a generative
+        target's max_gen_toks of 8,000 in a 4,096-token window left 147-token prompts: no evidence, no
+        demonstrations), and an evidence budget of at least one short passage (evidence_share 1e-300: none)."""
+        from ..apply.pack import RESERVE
+
+        room = self.window - RESERVE - self.answer_tokens
+        if room < MIN_PROMPT_ROOM:
+            raise ValueError(f"answer_tokens {self.answer_tokens} (the target's max_gen_toks) leaves {max(room, 0)} of "
+                             f"the {self.window}-token window for the prompt, under the {MIN_PROMPT_ROOM} a question "
+                             "with evidence needs: lower max_gen_toks or use a larger window")
+        if int(self.evidence_share * self.window) < MIN_EVIDENCE_TOKENS:
+            raise ValueError(f"evidence_share {self.evidence_share:g} of a {self.window}-token window is an evidence "
+                             f"budget of {int(self.evidence_share * self.window)} tokens, under one short passage "
+                             f"({MIN_EVIDENCE_TOKENS})")
 
     def role(self, name: str) -> dict:
         return dict(self.roles.get(name) or self.llm)
