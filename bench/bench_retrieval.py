@@ -13,7 +13,8 @@ Prints, as ratios (ours / raw; above 1 means we are faster):
   encoding       DenseEncoder.encode_corpus             vs  FlagModel.encode_corpus goal >= 0.9x passages/s
   build memory   peak RSS of a fresh build (subprocess) vs index bytes + one encoder batch   goal <= 1.2x
 and, with --million, search latency and memory of 1,000,000 synthetic 384-d vectors with Flat and IVF-PQ.
-Queries are MedQA-USMLE questions (question text only). Timings take the best of --repeat runs.
+Queries are MedQA-USMLE questions (question text only). The sides of each ratio take turns (bench/timing.py) for at
+least --repeat rounds and until each has run a second; the median ratio is printed with its min-max over rounds.
 """
 
 from __future__ import annotations
@@ -29,28 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import interleaved, median_seconds, ratio, shown  # noqa: E402  (bench/timing.py)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-
-def best_of(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
-
-
-def best_interleaved(fns: dict, repeat: int) -> dict[str, float]:
-    """The best time of each function over ``repeat`` rounds, the functions taking turns within each round (so a
-    busy moment of the machine does not fall on one side of a ratio only)."""
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
-    return {name: min(ts) for name, ts in times.items()}
 
 
 class Precomputed:
@@ -93,12 +76,13 @@ def bench_dense_and_bm25(index: str, queries: list[str], k: int, repeat: int) ->
         ours = Searcher.open(folder, retrievers=("dense",), query_encoder=Precomputed(encoder, vectors))
         raw_index = faiss.read_index(str(folder / "dense" / "index.faiss"))
         ours.search(queries[:2], k=k)  # load
-        t = best_interleaved({"ours": lambda: ours.search(queries, k=k),
-                              "read": lambda: read_all(ours.search(queries, k=k)),
-                              "raw": lambda: raw_index.search(vectors, k)}, repeat)
-        t_ours, t_read, t_raw = t["ours"], t["read"], t["raw"]
-        out["dense"] = {"ours_qps": len(queries) / t_ours, "raw_qps": len(queries) / t_raw, "ratio": t_raw / t_ours,
-                        "ours_read_qps": len(queries) / t_read, "ratio_read": t_raw / t_read,
+        t = interleaved({"ours": lambda: ours.search(queries, k=k),
+                         "read": lambda: read_all(ours.search(queries, k=k)),
+                         "raw": lambda: raw_index.search(vectors, k)}, min_rounds=repeat)
+        t_ours, t_read, t_raw = (median_seconds(t, side) for side in ("ours", "read", "raw"))
+        out["dense"] = {"ours_qps": len(queries) / t_ours, "raw_qps": len(queries) / t_raw,
+                        "ratio": ratio(t, "raw", "ours"), "ours_read_qps": len(queries) / t_read,
+                        "ratio_read": ratio(t, "raw", "read"),
                         "assembly_us_per_hit": 1e6 * (t_read - t_ours) / (len(queries) * k)}
         raw_scores, raw_rows = raw_index.search(vectors, k)
         hits = ours.search(queries, k=k)
@@ -116,19 +100,19 @@ def bench_dense_and_bm25(index: str, queries: list[str], k: int, repeat: int) ->
         return retriever.retrieve(bm25_tokenize(queries, stop), k=k, show_progress=False, n_threads=threads)
 
     raw_search(raw_numba, -1)
-    t = best_interleaved({"ours": lambda: ours_bm25.search(queries, k=k),
-                          "read": lambda: read_all(ours_bm25.search(queries, k=k)),
-                          "raw": raw_search, "numba": lambda: raw_search(raw_numba, -1)}, repeat)
-    t_ours, t_read, t_raw, t_numba = t["ours"], t["read"], t["raw"], t["numba"]
+    t = interleaved({"ours": lambda: ours_bm25.search(queries, k=k),
+                     "read": lambda: read_all(ours_bm25.search(queries, k=k)),
+                     "raw": raw_search, "numba": lambda: raw_search(raw_numba, -1)}, min_rounds=repeat)
+    t_ours, t_read, t_raw, t_numba = (median_seconds(t, side) for side in ("ours", "read", "raw", "numba"))
     numba_rows, numba_scores = raw_search(raw_numba, -1)
     numpy_rows, numpy_scores = raw_search()
     hits = ours_bm25.search(queries, k=k)
     our_rows = [[h.passage for h in q] for q in hits]
     our_scores = [[h.scores["bm25"] for h in q] for q in hits]
     full = all(len(r) == k for r in our_rows)  # every query matched at least k passages (else rows are -1 there)
-    out["bm25"] = {"ours_qps": len(queries) / t_ours, "raw_qps": len(queries) / t_raw, "ratio": t_raw / t_ours,
-                   "raw_numba_qps": len(queries) / t_numba, "ratio_vs_raw_numba": t_numba / t_ours,
-                   "ours_read_qps": len(queries) / t_read, "ratio_read_vs_raw_numba": t_numba / t_read,
+    out["bm25"] = {"ours_qps": len(queries) / t_ours, "raw_qps": len(queries) / t_raw, "ratio": ratio(t, "raw", "ours"),
+                   "raw_numba_qps": len(queries) / t_numba, "ratio_vs_raw_numba": ratio(t, "numba", "ours"),
+                   "ours_read_qps": len(queries) / t_read, "ratio_read_vs_raw_numba": ratio(t, "numba", "read"),
                    "assembly_us_per_hit": 1e6 * (t_read - t_ours) / (len(queries) * k),
                    # the numba backend our searcher uses: same rows and scores
                    "identical_top_k": full and bool(np.array_equal(np.asarray(our_rows), numba_rows)
@@ -155,10 +139,11 @@ def bench_encoding(index: str, n: int, repeat: int) -> dict:
     ours = DenseEncoder(cfg["encoder"], cfg["pooling"], cfg["query_instruction"], cfg["max_length"], cfg["batch_size"])
     raw = FlagModel(resolve(cfg["encoder"]), pooling_method=cfg["pooling"], normalize_embeddings=True, use_fp16=False,
                     devices="cpu", batch_size=cfg["batch_size"], passage_max_length=cfg["max_length"])
-    t_ours = best_of(lambda: ours.encode_corpus(texts), repeat)
-    t_raw = best_of(lambda: raw.encode_corpus(texts, batch_size=cfg["batch_size"], max_length=cfg["max_length"]),
-                    repeat)
-    return {"passages": n, "ours_per_s": n / t_ours, "raw_per_s": n / t_raw, "ratio": t_raw / t_ours}
+    sizes = {"batch_size": cfg["batch_size"], "max_length": cfg["max_length"]}
+    t = interleaved({"ours": lambda: ours.encode_corpus(texts), "raw": lambda: raw.encode_corpus(texts, **sizes)},
+                    min_rounds=repeat)
+    return {"passages": n, "ours_per_s": n / median_seconds(t, "ours"), "raw_per_s": n / median_seconds(t, "raw"),
+            "ratio": ratio(t, "raw", "ours")}
 
 
 MEMORY_PROBE = """
@@ -231,7 +216,7 @@ def main() -> None:
                         help="recipe name or YAML path of the index to search (built first if missing)")
     parser.add_argument("--queries", type=int, default=256)
     parser.add_argument("-k", type=int, default=10)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=5, help="at least this many rounds a ratio (and >= 1 s a side)")
     parser.add_argument("--encode", type=int, default=256, help="passages for the encoding comparison")
     parser.add_argument("--memory-recipe", default="textbooks_demo", help="recipe built fresh for the memory check")
     parser.add_argument("--million", action="store_true", help="also run the 1M synthetic vector benchmark")
@@ -266,20 +251,21 @@ def main() -> None:
         if "dense" in s:
             d = s["dense"]
             print(f"dense search  ours {d['ours_qps']:9.1f} q/s  raw faiss {d['raw_qps']:9.1f} q/s  ratio "
-                  f"{d['ratio']:.2f}x (goal >= 0.9), identical top-k: {d['identical_top_k']}; every hit read: "
+                  f"{shown(d['ratio'])} (goal >= 0.9), identical top-k: {d['identical_top_k']}; every hit read: "
                   f"{d['ours_read_qps']:.1f} q/s, ratio "
-                  f"{d['ratio_read']:.2f}x, assembly {d['assembly_us_per_hit']:.1f} us/hit")
+                  f"{shown(d['ratio_read'])}, assembly {d['assembly_us_per_hit']:.1f} us/hit")
         print(f"bm25 search   ours {b['ours_qps']:9.1f} q/s  raw bm25s numba {b['raw_numba_qps']:9.1f} q/s  ratio "
-              f"{b['ratio_vs_raw_numba']:.2f}x (goal >= 0.9), identical top-k: {b['identical_top_k']} (numpy backend: "
+              f"{shown(b['ratio_vs_raw_numba'])} (goal >= 0.9), identical top-k: {b['identical_top_k']} "
+              "(numpy backend: "
               f"same scores {b['same_scores_as_numpy_backend']}, ties ordered otherwise in "
               f"{b['queries_ordering_ties_unlike_numpy']} queries); every hit "
-              f"read: {b['ours_read_qps']:.1f} q/s, ratio {b['ratio_read_vs_raw_numba']:.2f}x, assembly "
+              f"read: {b['ours_read_qps']:.1f} q/s, ratio {shown(b['ratio_read_vs_raw_numba'])}, assembly "
               f"{b['assembly_us_per_hit']:.1f} us/hit; raw bm25s numpy backend {b['raw_qps']:.1f} q/s: ratio "
-              f"{b['ratio']:.2f}x")
+              f"{shown(b['ratio'])}")
     if "encoding" in results:
         e = results["encoding"]
         print(f"encoding      ours {e['ours_per_s']:9.1f} p/s  raw FlagModel {e['raw_per_s']:5.1f} p/s  ratio "
-              f"{e['ratio']:.2f}x (goal >= 0.9)")
+              f"{shown(e['ratio'])} (goal >= 0.9)")
     if "build_memory" in results:
         m = results["build_memory"]
         print(f"build memory  peak RSS {m['peak_rss_mb']:.0f} MB vs index {m['index_mb']:.1f} MB + encoder "

@@ -201,23 +201,24 @@ def stage(name: str, folder: Path, n: int, queries: int, backend: str = "bm25s",
     return out
 
 
-ROUNDS = 3  # every batch timed this many times, ours and the raw library in turns
+ROUNDS = 3  # at least this many rounds, ours and the raw library in turns, and until each side has run 1 s
 
 
 def _timed(batches: list[list[str]], ours, raw) -> dict:
-    """p50 seconds a batch of ours and of the raw library, timed in turns (a busy moment of the machine does not fall
-    on one side of the ratio only), and their speed ratio (ours over raw; the goal is >= 0.9)."""
-    import numpy as np
+    """Seconds a batch of ours and of the raw library (the median round over its batches), the two taking turns round
+    after round (bench/timing.py), and their speed ratio per round (raw over ours; the goal is >= 0.9): median and
+    min-max."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from timing import interleaved, median_seconds, ratio
 
-    times: dict[str, list[float]] = {"ours": [], "raw": []}
-    for _ in range(ROUNDS):
-        for batch in batches:
-            for name, fn in (("ours", ours), ("raw", raw)):
-                t = time.perf_counter()
-                fn(batch)
-                times[name].append(time.perf_counter() - t)
-    p50, raw_p50 = float(np.median(times["ours"])), float(np.median(times["raw"]))
-    return {"p50_s": round(p50, 4), "raw_p50_s": round(raw_p50, 4), "speed_ratio": round(raw_p50 / p50, 2)}
+    t = interleaved({"ours": lambda: [ours(b) for b in batches], "raw": lambda: [raw(b) for b in batches]},
+                    min_rounds=ROUNDS)
+    speed = ratio(t, "raw", "ours")
+    return {"p50_s": round(median_seconds(t, "ours") / len(batches), 4),
+            "raw_p50_s": round(median_seconds(t, "raw") / len(batches), 4),
+            "speed_ratio": round(speed["median"], 2), "speed_ratio_range": [round(speed["min"], 2),
+                                                                            round(speed["max"], 2)],
+            "rounds": speed["rounds"]}
 
 
 def _questions(queries: int) -> list[list[str]]:
@@ -353,7 +354,8 @@ def main() -> int:
         extra = ""
         if r["stage"].endswith("search"):
             raw = r.get("raw_p50_s")
-            extra = (f"{r['p50_s']:.3f} s / {raw:.3f} s: speed {r['speed_ratio']}x (goal >= 0.9), identical top-k "
+            extra = (f"{r['p50_s']:.3f} s / {raw:.3f} s: speed {r['speed_ratio']}x ({r['speed_ratio_range'][0]}-"
+                     f"{r['speed_ratio_range'][1]}, {r['rounds']} rounds; goal >= 0.9), identical top-k "
                      f"{r['identical_top_k']}" if raw is not None else f"{r['p50_s']:.3f} s (Lucene)")
         print(f"{r['n']:>9} {r['stage']:<13} {r['seconds']:>9} {r['docs_per_s'] or '':>9} {r['peak_rss_mb']:>12} "
               f"{r['peak_anon_mb']:>8}  {extra}")

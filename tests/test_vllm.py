@@ -78,3 +78,83 @@ def test_medr2_eval_on_vllm_scores_as_hf_on_the_same_weights(vllm_python, smollm
     print(f"vLLM vs HF, medqa_usmle_direct, {ITEMS} items: same answer on "
           f"{sum(a == b for a, b in answers.values())}, max |delta log-likelihood| {delta:.2e}")
     assert all(a == b for a, b in answers.values()) and delta < 1e-3
+
+
+@pytest.fixture(scope="module")
+def vllm_server(vllm_python, smollm2):
+    """`vllm serve` (vLLM's OpenAI server, prefix caching on) on the SmolLM2 folder, ended by its process group."""
+    import signal
+    import time
+    import urllib.request
+
+    port = 18398
+    server = subprocess.Popen(
+        [str(vllm_python.parent / "vllm"), "serve", smollm2, "--dtype", "float32", "--enforce-eager",
+         "--max-model-len", "2048", "--port", str(port), "--host", "127.0.0.1", "--enable-prefix-caching",
+         "--gpu-memory-utilization", "0.15"],
+        env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 600
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"vllm serve exited {server.returncode}: {server.stderr.read().decode()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=5) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.time() < deadline, "vllm serve did not answer /health in 10 minutes"
+            time.sleep(2)
+        yield base
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+@pytest.mark.slow
+def test_vllm_serve_is_the_target_of_lm_evals_api_models_and_of_the_roles(vllm_server, smollm2, tmp_path,
+                                                                          monkeypatch):
+    """The served paths a GPU user takes, on the real engine: lm-eval's `local-completions` (echoed prompt
+    log-probabilities) for a log-likelihood task, `local-chat-completions` for a generative one, and a Med-R²
+    pre-pass whose roles are the served model through the `openai` backend."""
+    from medr2_hooks.lmeval.runner import EvalConfig, run_eval
+    from medr2_hooks.prepass.prepare import prepare_tasks
+    from medr2_hooks.retrieve.build import ensure_index
+    from pipeline_helpers import TINY
+
+    monkeypatch.setenv("MEDR2_RESULTS_DIR", str(tmp_path))
+    completions = run_eval(EvalConfig(
+        tasks=["medqa_usmle_direct"], model="local-completions", limit=2, wandb=False,
+        model_args=f"model={smollm2},base_url={vllm_server}/v1/completions,tokenizer_backend=huggingface,"
+                   f"tokenizer={smollm2}"))
+    assert completions["results"]["medqa_usmle_direct"]["acc,none"] in (0.0, 0.5, 1.0)
+    chat = run_eval(EvalConfig(
+        tasks=["medqa_usmle_direct_gen"], model="local-chat-completions", limit=2, wandb=False,
+        apply_chat_template=True, gen_kwargs="max_gen_toks=16",
+        model_args=f"model={smollm2},base_url={vllm_server}/v1/chat/completions"))
+    replies = [s["resps"][0][0] for s in chat["samples"]["medqa_usmle_direct_gen"]]
+    assert len(replies) == 2 and all(isinstance(r, str) and r for r in replies)
+
+    from medr2_hooks.lmeval.registry import task_hook_kwargs
+
+    ensure_index("textbooks_demo", log=lambda *_: None)
+    monkeypatch.setenv("MEDR2_CACHE_DIR", str(tmp_path / "cache"))  # every role call reaches the server
+    for shared in ("indexes", "models"):
+        (tmp_path / "cache").mkdir(exist_ok=True)
+        (tmp_path / "cache" / shared).symlink_to(Path.home() / ".cache" / "medr2" / shared)
+    served = {"backend": "openai", "api": "completions", "model": smollm2, "base_url": f"{vllm_server}/v1",
+              "tokenizer": smollm2}
+    hooks = task_hook_kwargs(["medqa_usmle_medr2"], {"limit": 2, "method_override": {**TINY, "llm": served}})
+    out = prepare_tasks(hooks, log=lambda *_: None)["medqa_usmle_medr2"]
+    record = json.loads(Path(out["record"]).read_text())
+    calls = {role: u["calls"] for role, u in record["usage"].items()}
+    assert sum(calls.values()) > 0 and all(smollm2 in model for model in record["models"].values()), record["models"]
+    packs = [json.loads(line) for line in Path(out["packs"]).read_text().splitlines() if line.strip()]
+    assert packs
