@@ -8,6 +8,7 @@ import glob
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,49 @@ def test_vllm_serve_is_the_target_of_lm_evals_api_models_and_of_the_roles(vllm_s
     assert sum(calls.values()) > 0 and all(smollm2 in model for model in record["models"].values()), record["models"]
     packs = [json.loads(line) for line in Path(out["packs"]).read_text().splitlines() if line.strip()]
     assert packs
+
+
+def _prepare(python: str, folder: Path, llm: dict) -> dict:
+    """``medr2 prepare`` of 2 items of medqa_usmle_medr2 (the pipeline tests' small loop) with every role on ``llm``,
+    in its own stage cache (the built indexes and converted models shared); its packs."""
+    from pipeline_helpers import TINY
+
+    from medr2_hooks import settings
+
+    cache = folder / "cache"
+    cache.mkdir(parents=True)
+    for shared in ("indexes", "models"):
+        (cache / shared).symlink_to(settings.cache_dir() / shared)
+    env = {**os.environ, "MEDR2_CACHE_DIR": str(cache), "MEDR2_RESULTS_DIR": str(folder / "results"),
+           "MEDR2_THREADS": "2", "HF_HUB_OFFLINE": "1"}
+    metadata = json.dumps({"limit": 2, "method_override": {**TINY, "llm": llm}})
+    proc = subprocess.run([python, "-m", "medr2_hooks.cli.main", "prepare", "--tasks", "medqa_usmle_medr2",
+                           "--metadata", metadata, "--json"], env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)["medqa_usmle_medr2"]
+    assert out["model_calls"] > 0  # computed here, not read from another run's cache
+    return json.loads(Path(out["packs"]).read_text())["packs"]
+
+
+@pytest.mark.slow
+def test_a_medr2_prepass_with_its_roles_on_vllm_packs_the_evidence_hf_packs(vllm_python, smollm2, tmp_path):
+    """Every role on the in-process vLLM backend (float32, eager) against the hf backend on the same weights: the
+    same evidence in the same order, the same decisions, the same prompt prefix. Probabilities differ where vLLM's
+    one-request menus bound a label outside the next token's top 32 (the bound is counted in the usage)."""
+    from medr2_hooks.retrieve.build import ensure_index
+
+    ensure_index("textbooks_demo", log=lambda *_: None)
+    on_vllm = _prepare(str(vllm_python), tmp_path / "vllm", {
+        "backend": "vllm", "model": "embedded:smollm2-135m-instruct", "dtype": "float32", "enforce_eager": True,
+        "max_length": 2048})
+    on_hf = _prepare(sys.executable, tmp_path / "hf", {"backend": "hf", "model": "embedded:smollm2-135m-instruct",
+                                                        "batch_size": 1})
+    assert len(on_vllm) == len(on_hf) == 2
+    for a, b in zip(on_vllm, on_hf):
+        assert [e["passage"] for e in a["evidence"]] == [e["passage"] for e in b["evidence"]]
+        assert a["prefix"] == b["prefix"] and a["reformulation"] == b["reformulation"] and a["cot"] == b["cot"]
+        assert (a["labels"]["ebm"], a["labels"]["qtype"]) == (b["labels"]["ebm"], b["labels"]["qtype"])
+        assert a["reference"]["label"] == b["reference"]["label"]
+        fine = max(abs(x["F"] - y["F"]) / max(abs(y["F"]), 1e-9) for x, y in zip(a["evidence"], b["evidence"]))
+        print(f"vLLM vs HF pre-pass: same evidence {[e['passage'] for e in a['evidence']]}, max relative |delta F| "
+              f"{fine:.1e}")

@@ -103,6 +103,15 @@ def check_read_as(answer_format: str, chat: bool, generative: bool, chat_templat
                           "must learn the answer its reader takes")
 
 
+def check_evaluated_as_trained(recipe: dict, checkpoint: str, tasks: dict[str, dict], chat_template: bool) -> None:
+    """:func:`check_read_as` for every task (name -> lm-eval config) an evaluation of ``checkpoint`` runs, from the
+    recipe its training manifest records."""
+    for task, config in tasks.items():
+        check_read_as(recipe.get("answer_format", "letters"), bool(recipe.get("chat")),
+                      config.get("output_type") == "generate_until", chat_template,
+                      f"checkpoint {checkpoint} (evaluated on {task})")
+
+
 def trained_format(checkpoint) -> tuple[str, bool, str] | None:
     """``(answer_format, chat, what)`` of a checkpoint folder: from its training manifest once trained, else from the
     recipe whose default output folder it is (``$MEDR2_CACHE_DIR/finetune/<recipe>/final``); None when neither

@@ -126,19 +126,6 @@ def fine_tuned(pretrained: str) -> dict | None:
     return read_json(path) if path is not None and path.is_file() else None
 
 
-def _check_read_as_trained(training: dict, pretrained: str, cfg, metadata: dict) -> None:
-    """A fine-tuned checkpoint is evaluated only on tasks that read its answers as it learned to give them (the
-    sweep's check, :func:`medr2_hooks.finetune.recipe.check_read_as`, here for any evaluation of it)."""
-    from ..finetune.recipe import check_read_as
-    from .registry import task_configs
-
-    recipe = training.get("recipe") or {}
-    for task, tcfg in task_configs(cfg.tasks, metadata).items():
-        check_read_as(recipe.get("answer_format", "letters"), bool(recipe.get("chat")),
-                      tcfg.get("output_type") == "generate_until", bool(cfg.apply_chat_template),
-                      f"checkpoint {pretrained} (evaluated on {task})")
-
-
 def default_run_name(tasks: list[str], model: str) -> str:
     """``<tasks>__<model>__<UTC time to the microsecond>-<pid>-<random>``: unique per process and call, so runs
     started in the same second on one machine (or on several sharing the results folder) never share a folder."""
@@ -296,8 +283,12 @@ def _evaluate(cfg: EvalConfig, name: str, out_dir: Path) -> tuple[dict, dict | N
     target = training["recipe"]["model"] if training else target_model(cfg.model, cfg.model_args)
     metadata.setdefault("target", str(target))
     task_manager = check_tasks(cfg.tasks, metadata)
-    if training:
-        _check_read_as_trained(training, model_args["pretrained"], cfg, metadata)
+    if training:  # a checkpoint is scored only where its answers are read as it learned to give them
+        from ..finetune.recipe import check_evaluated_as_trained
+        from .registry import task_configs
+
+        check_evaluated_as_trained(training.get("recipe") or {}, model_args["pretrained"],
+                                   task_configs(cfg.tasks, metadata), bool(cfg.apply_chat_template))
     device = cfg.device or _default_device()
     # lm-eval's "auto" probes for the largest batch that fits a GPU; on a CPU it grows until the machine swaps
     batch_size = cfg.batch_size or default_batch_size(target, cfg.tasks) or ("auto" if device != "cpu" else 4)
