@@ -313,8 +313,10 @@ def test_ctrl_c_during_prepare_then_a_rerun_resumes_from_what_was_cached(prepare
     command = [sys.executable, "-m", "medr2_hooks.cli.main", "prepare", "--tasks", TASK, "--metadata",
                json.dumps(_metadata(limit=2)), "--json"]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # interrupted once its first stage is cached: early in the run, so that on a loaded machine the signal never
+    # lands while the process is already finishing (CI at 5e37e12 saw rc 0 when it waited for a third stage)
     deadline, rows = time.time() + 600, 0
-    while time.time() < deadline and proc.poll() is None and rows < 3:
+    while time.time() < deadline and proc.poll() is None and rows < 1:
         time.sleep(0.2)
         if (cache / "stages.sqlite").is_file():
             # read-only and never waiting on the writer's lock: a reader blocked behind a long write could look
