@@ -41,7 +41,7 @@ class Reply:
 @dataclass
 class TaskReplies:
     task: str
-    files: list[Path]
+    file: Path
     replies: list[Reply] = field(default_factory=list)
     skipped: str | None = None  # why the task is not read (a log-likelihood task, another reader's task)
 
@@ -102,7 +102,7 @@ def load(path: Path, reader: str) -> Replies:
 
 
 def _read_file(task: str, file: Path, reader: str) -> TaskReplies:
-    out = TaskReplies(task, [file])
+    out = TaskReplies(task, file)
     seen: dict[object, int] = {}
     for lineno, row in iter_jsonl(file):
         if "doc" in row:

@@ -7,6 +7,15 @@ from functools import lru_cache
 from pathlib import Path
 
 
+def local_folder(model: str) -> str | None:
+    """The local folder ``model`` loads from (an embedded model's converted folder, or a folder given by path), or
+    None for a hub id."""
+    from . import embedded
+
+    path = embedded.resolve(model) if embedded.is_embedded(model) else model
+    return path if Path(path).is_dir() else None
+
+
 @lru_cache(maxsize=8)
 def weights_revision(path: str) -> str:
     """A local model folder's content hash (config + weights), or the hub commit for hub ids. Hashed once per

@@ -54,14 +54,12 @@ class VLLMBackend:
                  gpu_memory_utilization: float = 0.9, top_logprobs: int = 32, **engine_args):
         from vllm import LLM  # noqa: PLC0415 - GPU-only dependency
 
-        from pathlib import Path
-
-        from . import embedded
-        from .local import weights_revision
+        from .local import local_folder, weights_revision
 
         self.top_logprobs = top_logprobs
         engine_args["max_logprobs"] = max(engine_args.get("max_logprobs", 20), top_logprobs)
-        path = embedded.resolve(model) if embedded.is_embedded(model) else model  # a CPU twin's model: its folder
+        folder = local_folder(model)  # a CPU twin's embedded model: its converted folder
+        path = folder or model
 
         engine_args["gpu_memory_utilization"] = gpu_memory_utilization
         self.engine_changes = cpu_engine_args(engine_args)
@@ -69,7 +67,7 @@ class VLLMBackend:
                        **engine_args)
         self.tokenizer = self.llm.get_tokenizer()
         # as the hf backend names it: a local folder by its content, a hub id by its revision
-        revision = weights_revision(path) if Path(path).is_dir() else \
+        revision = weights_revision(folder) if folder else \
             getattr(self.llm.llm_engine.model_config, "revision", None) or "main"
         self.model_id = f"{model}@{revision}"
         self.max_length = self.llm.llm_engine.model_config.max_model_len

@@ -34,14 +34,11 @@ def backend_identity(spec: dict, live: bool = False) -> str:
             out += "#" + json.dumps(reported, sort_keys=True, separators=(",", ":"))
         return out
     if kind == "vllm":  # a local folder (a CPU twin's embedded model) by its content, as hf names it
-        from pathlib import Path
+        from ..llm.local import local_folder, weights_revision
 
-        from ..llm.embedded import is_embedded, resolve
-        from ..llm.local import weights_revision
-
-        path = resolve(model) if is_embedded(model) else model
-        if Path(path).is_dir():
-            return f"vllm:{model}@{weights_revision(path)}"
+        folder = local_folder(model)
+        if folder:
+            return f"vllm:{model}@{weights_revision(folder)}"
     return f"{kind}:{model}@{spec.get('revision', 'main')}"
 
 
