@@ -4,7 +4,9 @@
 
 For each length in ``--tokens``, one MedQA-style request set (a real textbook passage repeated to the length,
 ``--options`` answer continuations) is scored by both models, each in its own process (peak RSS is per process):
-wall seconds, peak RSS and the largest log-likelihood difference, with the ratios ours/hf. Lengths in
+wall seconds, peak RSS and the largest log-likelihood difference, with the ratios ours/hf. The two take turns for
+``--rounds`` rounds (bench/timing.py's rule): the seconds ratio is the median of the rounds' ratios with its min-max.
+Lengths in
 ``--ours-only`` are scored by ``hf-continuation`` only (where ``hf``'s full-sequence logits do not fit: a 9,400-token
 Gemma-3 prompt needs ~20 GB of them).
 """
@@ -22,6 +24,9 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timing import ratio, shown  # noqa: E402
 
 
 def requests(lm, tokens: int, options: int) -> list:
@@ -69,6 +74,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, nargs="+", default=[2000, 4000])
     parser.add_argument("--ours-only", type=int, nargs="*", default=[9400])
     parser.add_argument("--options", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the two, taking turns")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -77,10 +83,15 @@ def main() -> int:
         return 0
     rows = []
     for tokens in args.tokens:
-        ours, stock = child("hf-continuation", tokens, args.options), child("hf", tokens, args.options)
+        runs = {"ours": [], "hf": []}
+        for _ in range(args.rounds):  # each run scores for seconds, in a fresh process: a round is one of each
+            runs["ours"].append(child("hf-continuation", tokens, args.options))
+            runs["hf"].append(child("hf", tokens, args.options))
+        ours, stock = runs["ours"][0], runs["hf"][0]
         row = {"tokens": ours.get("tokens", tokens), "ours": ours, "hf": stock}
-        if "failed" not in ours and "failed" not in stock:
-            row.update(seconds_ratio=round(ours["seconds"] / stock["seconds"], 3),
+        if not any("failed" in r for side in runs.values() for r in side):
+            seconds = {side: [r["seconds"] for r in rs] for side, rs in runs.items()}
+            row.update(seconds_ratio=ratio(seconds, "ours", "hf"),
                        rss_ratio=round(ours["peak_rss_mb"] / stock["peak_rss_mb"], 3),
                        max_abs_diff=max(abs(a - b) for a, b in zip(ours["loglikelihoods"], stock["loglikelihoods"])))
         rows.append(row)
@@ -89,12 +100,12 @@ def main() -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"{'tokens':>7} {'ours s':>8} {'hf s':>8} {'s ratio':>8} {'ours MB':>8} {'hf MB':>8} {'MB ratio':>8} "
-          f"{'max |Δll|':>10}")
+    print(f"{'tokens':>7} {'ours s':>8} {'hf s':>8} {'s ratio (median, min-max)':>26} {'ours MB':>8} {'hf MB':>8} "
+          f"{'MB ratio':>8} {'max |Δll|':>10}")
     for r in rows:
         o, h = r["ours"], r["hf"] or {}
         print(f"{r['tokens']:>7} {o.get('seconds', 'fail')!s:>8} {h.get('seconds', '-')!s:>8} "
-              f"{r.get('seconds_ratio', '-')!s:>8} "
+              f"{shown(r['seconds_ratio']) if 'seconds_ratio' in r else '-':>26} "
               f"{o.get('peak_rss_mb', 'fail')!s:>8} {h.get('peak_rss_mb', '-')!s:>8} {r.get('rss_ratio', '-')!s:>8} "
               f"{r.get('max_abs_diff', '-')!s:>10}")
     return 0

@@ -2,7 +2,8 @@
 menu) read both ways on a served backend: one request per menu (the next token's ``top_logprobs``) and one
 prompt-logprob sequence per label (what served menus cost before), beside one bare prefill of the same prompts
 (``max_tokens: 1``, no log-probabilities). Prints requests, prompt tokens the server computed, wall time and the
-ratio of each to the bare prefill.
+ratio of each to the bare prefill (the three take turns round after round, bench/timing.py: the median ratio with its
+min-max).
 
     python bench/bench_menus.py                                   # medr2 serve, SmolLM2-135M-Instruct, in process
     python bench/bench_menus.py --base_url http://localhost:8001/v1 --model Qwen/Qwen2.5-72B-Instruct \\
@@ -17,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timing import interleaved, median_seconds, ratio, shown  # noqa: E402
 
 
 class PerLabel:
@@ -58,6 +61,7 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=64)
     parser.add_argument("--words", type=int, default=120, help="words of each passage in the prompt")
     parser.add_argument("--typer", action="store_true", help="the 16-label document-type menu")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds at least (each side runs >= 1 s in all)")
     args = parser.parse_args()
 
     from medr2_hooks.llm.closed_set import choice_distribution
@@ -75,23 +79,22 @@ def main() -> None:
     client = lambda: OpenAIBackend(args.model, base_url=url, tokenizer=args.tokenizer or args.model)  # noqa: E731
     docs = passages(args.documents, args.words)
     prompts = [client().chat(render(d)) for d in docs]
-    rows = {}
-    bare = client()
-    started = time.perf_counter()
-    bare.generate(prompts, max_new_tokens=1, role="prefill")
-    rows["one bare prefill"] = (bare.usage, time.perf_counter() - started)
-    for name, backend in (("one request per menu", client()), ("one row per label", None)):
-        inner = backend or client()
-        started = time.perf_counter()
-        choice_distribution(backend or PerLabel(inner), prompts, labels, "leveler")
-        rows[name] = (inner.usage, time.perf_counter() - started)
-    base_tokens, base_s = rows["one bare prefill"][0].prompt_tokens, rows["one bare prefill"][1]
-    print(f"{len(prompts)} menus of {len(labels)} labels on {url} ({args.model})\n")
-    print("| path | requests | prompt tokens computed | wall s | tokens / bare | time / bare |\n"
+    bare, per_menu, per_label = client(), client(), client()
+    times = interleaved({
+        "one bare prefill": lambda: bare.generate(prompts, max_new_tokens=1, role="prefill"),
+        "one request per menu": lambda: choice_distribution(per_menu, prompts, labels, "leveler"),
+        "one row per label": lambda: choice_distribution(PerLabel(per_label), prompts, labels, "leveler")},
+        min_rounds=args.rounds)
+    rows = dict(zip(times, (bare.usage, per_menu.usage, per_label.usage)))
+    rounds = len(times["one bare prefill"])
+    base_tokens = rows["one bare prefill"].prompt_tokens
+    print(f"{len(prompts)} menus of {len(labels)} labels on {url} ({args.model}), {rounds} rounds\n")
+    print("| path | requests | prompt tokens computed | wall s (median) | tokens / bare | time / bare |\n"
           "|---|---|---|---|---|---|")
-    for name, (usage, seconds) in rows.items():
-        print(f"| {name} | {usage.prompts} | {usage.prompt_tokens} | {seconds:.1f} | "
-              f"{usage.prompt_tokens / base_tokens:.2f}x | {seconds / base_s:.2f}x |")
+    for name, usage in rows.items():
+        print(f"| {name} | {usage.prompts // rounds} | {usage.prompt_tokens // rounds} | "
+              f"{median_seconds(times, name):.1f} | {usage.prompt_tokens / base_tokens:.2f}x | "
+              f"{shown(ratio(times, name, 'one bare prefill'))} |")
     if server is not None:
         server.shutdown()
         server.server_close()

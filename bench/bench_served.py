@@ -5,8 +5,9 @@
 Starts ``medr2 serve`` (the local OpenAI-compatible server; ``vllm serve`` speaks the same protocol) in a
 subprocess, then runs the coarse-rerank LLM judge (yes/no closed-set scoring, the stage with the most calls in
 a Med-R² pre-pass) over ``--pairs`` (question, passage) pairs of MedQA-USMLE questions and demo-index passages
-through :class:`OpenAIBackend` with each ``--concurrency``, ``--request-batch`` prompts per request. Prints
-seconds, prompt tokens/s and the ratio to the first concurrency; the scores must agree across settings.
+through :class:`OpenAIBackend` with each ``--concurrency``, ``--request-batch`` prompts per request, the settings
+taking turns round after round (bench/timing.py). Prints median seconds, prompt tokens/s and the ratio of the first
+concurrency's time to each (median, min-max: above 1, the setting is faster); the scores must agree across settings.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timing import interleaved, median_seconds, ratio, shown  # noqa: E402
 
 
 def main() -> int:
@@ -31,6 +34,7 @@ def main() -> int:
     parser.add_argument("--server-batch", type=int, default=8, help="the server's prompts per forward pass")
     parser.add_argument("--max-doc-tokens", type=int, default=128)
     parser.add_argument("--port", type=int, default=18301)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds at least (each setting runs >= 1 s in all)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -48,24 +52,27 @@ def main() -> int:
     from medr2_hooks.llm.embedded import resolve
     from medr2_hooks.llm.serve import serve_process
 
-    rows, reference = [], None
+    judges, scores = {}, {}
     with serve_process(args.model, args.port, name="served", batch_size=args.server_batch) as url:
         for c in args.concurrency:
             backend = OpenAIBackend("served", base_url=url, tokenizer=resolve(args.model), concurrency=c,
                                     request_batch=args.request_batch)
-            judge = LLMReranker(backend, args.max_doc_tokens)
-            judge.score(pairs[: args.request_batch])  # warm-up
+            judges[c] = LLMReranker(backend, args.max_doc_tokens)
+            judges[c].score(pairs[: args.request_batch])  # warm-up
             backend.usage = type(backend.usage)()
-            started = time.perf_counter()
-            scores = judge.score(pairs)
-            seconds = time.perf_counter() - started
-            tokens = backend.usage.to_json()["prompt_tokens"]
-            reference = reference or scores
-            rows.append({"concurrency": c, "seconds": round(seconds, 2), "prompt_tokens": tokens,
-                         "tokens_per_s": round(tokens / seconds, 1),
-                         "max_score_diff_vs_first": max(abs(a - b) for a, b in zip(scores, reference))})
-    for row in rows:
-        row["ratio"] = round(row["tokens_per_s"] / rows[0]["tokens_per_s"], 2)
+
+        def run(c):
+            return lambda: scores.__setitem__(c, judges[c].score(pairs))
+
+        times = interleaved({c: run(c) for c in args.concurrency}, min_rounds=args.rounds)
+    first, reference = args.concurrency[0], scores[args.concurrency[0]]
+    rows = []
+    for c in args.concurrency:
+        seconds = median_seconds(times, c)
+        tokens = judges[c].backend.usage.to_json()["prompt_tokens"] // len(times[c])
+        rows.append({"concurrency": c, "seconds": round(seconds, 2), "prompt_tokens": tokens,
+                     "tokens_per_s": round(tokens / seconds, 1), "speedup": ratio(times, first, c),
+                     "max_score_diff_vs_first": max(abs(a - b) for a, b in zip(scores[c], reference))})
     report = {"model": args.model, "pairs": len(pairs), "request_batch": args.request_batch,
               "server_batch": args.server_batch, "runs": rows}
     if args.json:
@@ -76,7 +83,8 @@ def main() -> int:
     for row in rows:
         print(f"  concurrency {row['concurrency']:>2}: {row['seconds']:>7.2f} s  {row['tokens_per_s']:>8.1f} "
               "prompt tok/s  "
-              f"x{row['ratio']:.2f}  (max |score diff| {row['max_score_diff_vs_first']:.1e})")
+              f"{shown(row['speedup'])} faster than {first}  (max |score diff| "
+              f"{row['max_score_diff_vs_first']:.1e})")
     return 0
 
 

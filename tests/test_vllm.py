@@ -123,10 +123,9 @@ def vllm_server(vllm_python, smollm2):
 def test_vllm_serve_is_the_target_of_lm_evals_api_models_and_of_the_roles(vllm_server, smollm2, tmp_path,
                                                                           monkeypatch):
     """The served paths a GPU user takes, on the real engine: lm-eval's `local-completions` (echoed prompt
-    log-probabilities) for a log-likelihood task, `local-chat-completions` for a generative one, and a Med-R²
-    pre-pass whose roles are the served model through the `openai` backend."""
+    log-probabilities) for a log-likelihood task, `local-chat-completions` for a generative one, and one cell of
+    `medr2 sweep` whose Med-R² roles are the served model through the `openai` backend."""
     from medr2_hooks.lmeval.runner import EvalConfig, run_eval
-    from medr2_hooks.prepass.prepare import prepare_tasks
     from medr2_hooks.retrieve.build import ensure_index
     from pipeline_helpers import TINY
 
@@ -143,59 +142,98 @@ def test_vllm_serve_is_the_target_of_lm_evals_api_models_and_of_the_roles(vllm_s
     replies = [s["resps"][0][0] for s in chat["samples"]["medqa_usmle_direct_gen"]]
     assert len(replies) == 2 and all(isinstance(r, str) and r for r in replies)
 
-    from medr2_hooks.lmeval.registry import task_hook_kwargs
-
+    # one cell of a sweep (medr2 sweep over an experiment file) whose roles are the served model
     ensure_index("textbooks_demo", log=lambda *_: None)
-    monkeypatch.setenv("MEDR2_CACHE_DIR", str(tmp_path / "cache"))  # every role call reaches the server
-    for shared in ("indexes", "models"):
-        (tmp_path / "cache").mkdir(exist_ok=True)
-        (tmp_path / "cache" / shared).symlink_to(Path.home() / ".cache" / "medr2" / shared)
+    env = _cache(tmp_path / "sweep")
     served = {"backend": "openai", "api": "completions", "model": smollm2, "base_url": f"{vllm_server}/v1",
-              "tokenizer": smollm2}
-    hooks = task_hook_kwargs(["medqa_usmle_medr2"], {"limit": 2, "method_override": {**TINY, "llm": served}})
-    out = prepare_tasks(hooks, log=lambda *_: None)["medqa_usmle_medr2"]
-    record = json.loads(Path(out["record"]).read_text())
-    calls = {role: u["calls"] for role, u in record["usage"].items()}
-    assert sum(calls.values()) > 0 and all(smollm2 in model for model in record["models"].values()), record["models"]
-    packs = [json.loads(line) for line in Path(out["packs"]).read_text().splitlines() if line.strip()]
-    assert packs
+              "tokenizer": smollm2, "max_length": 2048}
+    experiment = tmp_path / "vllm_roles.yaml"
+    experiment.write_text(json.dumps({
+        "name": "vllm_roles", "models": [{"name": "smollm2", "model": "embedded:smollm2-135m-instruct",
+                                          "roles": {"llm": served}}],
+        "methods": ["medr2"], "benchmarks": ["medqa_usmle"], "windows": [2048], "limit": 2, "setting": "cpu_twin",
+        "scoring": "generative", "gen_kwargs": "max_gen_toks=16", "method_override": TINY}))
+    proc = subprocess.run([sys.executable, "-m", "medr2_hooks.cli.main", "sweep", str(experiment), "--no_wandb"],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    state = json.loads((tmp_path / "sweep" / "results" / "vllm_roles" / "sweep.json").read_text())
+    assert [run["status"] for run in state["runs"].values()] == ["done"], state
+    (record,) = (tmp_path / "sweep" / "results" / "prepass").glob("medqa_usmle*.json")
+    record = json.loads(record.read_text())
+    assert sum(u["calls"] for u in record["usage"].values()) > 0  # every role call reached the server
+    assert all(smollm2 in model for model in record["models"].values()), record["models"]
 
 
-def _prepare(python: str, folder: Path, llm: dict) -> dict:
-    """``medr2 prepare`` of 2 items of medqa_usmle_medr2 (the pipeline tests' small loop) with every role on ``llm``,
-    in its own stage cache (the built indexes and converted models shared); its packs."""
-    from pipeline_helpers import TINY
+ROLES_ON_VLLM = {"backend": "vllm", "model": "embedded:smollm2-135m-instruct", "dtype": "float32",
+                 "enforce_eager": True, "max_length": 2048}
 
+
+def _cache(folder: Path) -> dict:
+    """The environment of a run with its own stage cache and results under ``folder`` (the built indexes and
+    converted models shared)."""
     from medr2_hooks import settings
 
     cache = folder / "cache"
-    cache.mkdir(parents=True)
+    cache.mkdir(parents=True, exist_ok=True)
     for shared in ("indexes", "models"):
-        (cache / shared).symlink_to(settings.cache_dir() / shared)
-    env = {**os.environ, "MEDR2_CACHE_DIR": str(cache), "MEDR2_RESULTS_DIR": str(folder / "results"),
-           "MEDR2_THREADS": "2", "HF_HUB_OFFLINE": "1"}
-    metadata = json.dumps({"limit": 2, "method_override": {**TINY, "llm": llm}})
-    proc = subprocess.run([python, "-m", "medr2_hooks.cli.main", "prepare", "--tasks", "medqa_usmle_medr2",
-                           "--metadata", metadata, "--json"], env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)["medqa_usmle_medr2"]
-    assert out["model_calls"] > 0  # computed here, not read from another run's cache
-    return json.loads(Path(out["packs"]).read_text())["packs"]
+        if not (cache / shared).exists():
+            (cache / shared).symlink_to(settings.cache_dir() / shared)
+    return {**os.environ, "MEDR2_CACHE_DIR": str(cache), "MEDR2_RESULTS_DIR": str(folder / "results"),
+            "MEDR2_THREADS": "2", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _packs(folder: Path) -> list[dict]:
+    (path,) = (folder / "cache" / "packs").glob("medqa_usmle*.json")
+    return json.loads(path.read_text())["packs"]
 
 
 @pytest.mark.slow
-def test_a_medr2_prepass_with_its_roles_on_vllm_packs_the_evidence_hf_packs(vllm_python, smollm2, tmp_path):
-    """Every role on the in-process vLLM backend (float32, eager) against the hf backend on the same weights: the
-    same evidence in the same order, the same decisions, the same prompt prefix. Probabilities differ where vLLM's
-    one-request menus bound a label outside the next token's top 32 (the bound is counted in the usage)."""
+def test_lm_eval_on_vllm_with_the_medr2_roles_on_vllm_packs_the_evidence_hf_packs(vllm_python, smollm2, tmp_path):
+    """The user's command, in process: ``lm_eval --model vllm`` over a direct task and a Med-R² task whose roles are
+    the in-process vLLM backend (float32, eager), then the same through ``medr2 eval``. Against the hf backend on the
+    same weights: the same evidence in the same order, the same decisions, the same prompt prefix. Probabilities
+    differ where vLLM's one-request menus bound a label outside the next token's top 32 (counted in the usage)."""
+    from pipeline_helpers import TINY
+
     from medr2_hooks.retrieve.build import ensure_index
 
     ensure_index("textbooks_demo", log=lambda *_: None)
-    on_vllm = _prepare(str(vllm_python), tmp_path / "vllm", {
-        "backend": "vllm", "model": "embedded:smollm2-135m-instruct", "dtype": "float32", "enforce_eager": True,
-        "max_length": 2048})
-    on_hf = _prepare(sys.executable, tmp_path / "hf", {"backend": "hf", "model": "embedded:smollm2-135m-instruct",
-                                                        "batch_size": 1})
+    env = _cache(tmp_path / "vllm")
+    metadata = json.dumps({"limit": 2, "method_override": {**TINY, "llm": ROLES_ON_VLLM}})
+    proc = subprocess.run(
+        [str(vllm_python), "-m", "lm_eval", "--include_path", str(REPO_ROOT / "tasks"), "--tasks",
+         "medqa_usmle_direct,medqa_usmle_medr2_gen", "--model", "vllm", "--model_args",
+         f"pretrained={smollm2},dtype=float32,enforce_eager=True,max_model_len=2048,gpu_memory_utilization=0.15",
+         "--limit", "2", "--metadata", metadata, "--gen_kwargs", "max_gen_toks=16", "--output_path",
+         str(tmp_path / "lm_eval"), "--log_samples"], env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (results,) = (tmp_path / "lm_eval").glob("*/results_*.json")
+    assert set(json.loads(results.read_text())["results"]) == {"medqa_usmle_direct", "medqa_usmle_medr2_gen"}
+    (record,) = (tmp_path / "vllm" / "results" / "prepass").glob("medqa_usmle*.json")
+    usage = json.loads(record.read_text())["usage"]
+    assert sum(u["calls"] for u in usage.values()) > 0  # the roles ran here, on vLLM
+    on_vllm = _packs(tmp_path / "vllm")
+
+    roles = json.dumps({"method_override": {**TINY, "llm": ROLES_ON_VLLM}})
+    proc = subprocess.run([str(vllm_python), "-m", "medr2_hooks.cli.main", "eval", "--tasks", "medqa_usmle_medr2_gen",
+                           "--model", "vllm", "--model_args",
+                           f"pretrained={smollm2},dtype=float32,enforce_eager=True,max_model_len=2048",
+                           "--limit", "2", "--metadata", roles,
+                           "--gen_kwargs", "max_gen_toks=16", "--run_name", "medr2_on_vllm"],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = json.loads((tmp_path / "vllm" / "results" / "runs" / "medr2_on_vllm" / "run.json").read_text())
+    assert set(run["results"]) == {"medqa_usmle_medr2_gen"} and run["resolved"]["lm_eval_model"] == "vllm"
+    assert _packs(tmp_path / "vllm") == on_vllm  # the pre-pass lm_eval ran, read from its stage cache
+
+    env = _cache(tmp_path / "hf")
+    metadata = json.dumps({"limit": 2, "method_override": {**TINY, "llm": {
+        "backend": "hf", "model": "embedded:smollm2-135m-instruct", "batch_size": 1}}})
+    proc = subprocess.run([sys.executable, "-m", "medr2_hooks.cli.main", "prepare", "--tasks", "medqa_usmle_medr2_gen",
+                           "--metadata", metadata, "--json"], env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["medqa_usmle_medr2_gen"]["model_calls"] > 0
+    on_hf = _packs(tmp_path / "hf")
     assert len(on_vllm) == len(on_hf) == 2
     for a, b in zip(on_vllm, on_hf):
         assert [e["passage"] for e in a["evidence"]] == [e["passage"] for e in b["evidence"]]

@@ -33,13 +33,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ..errors import Medr2Error
 from ..redact import REDACTED, public_url, redact
 from .backend import Usage, cut_at_stop, menu_logprobs
-
-
-class EndpointError(Medr2Error):
-    """A served model could not be reached or refused a request."""
+from .reach import EndpointError, check_endpoint
 
 
 class OpenAIBackend:
@@ -114,19 +110,10 @@ class OpenAIBackend:
         raise AssertionError("unreachable")
 
     def check_reachable(self, role: str) -> None:
-        """Fail now, naming the endpoint, when it cannot be reached or refuses this client (a wrong key): one
-        ``GET /models`` (vLLM, OpenAI and ``medr2 serve`` all answer it), before any work depends on it."""
-        import requests
-
-        url = f"{self.base_url}/models"
-        try:
-            self.session.get(url, timeout=min(self.timeout, 30)).raise_for_status()
-        except requests.RequestException as exc:
-            reason = self._scrub(f"HTTP {exc.response.status_code}: {exc.response.text[:200]}"
-                                 if exc.response is not None else f"{type(exc).__name__}: {exc}")
-            raise EndpointError(f"role {role!r}: the OpenAI-compatible endpoint {public_url(url)} "
-                                f"(model {self.model!r}) cannot "
-                                f"be used: {reason}") from None
+        """Fail now, naming the endpoint, when it cannot be reached or refuses this client (a wrong key):
+        :func:`.reach.check_endpoint` with this client's session, before any work depends on it."""
+        check_endpoint(self.base_url, f"role {role!r} (model {self.model!r})", session=self.session,
+                       timeout=min(self.timeout, 30), scrub=self._scrub)
 
     def _complete(self, prompts: list[str], payload: dict, role: str) -> tuple[list[dict], dict]:
         """Choices for ``prompts`` in order (``request_batch`` prompts a request — one under ``api: chat`` —,

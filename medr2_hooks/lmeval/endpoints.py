@@ -11,28 +11,14 @@ SERVED = ("local-completions", "local-chat-completions")
 
 
 def check_reachable(lm_model: str, base_url: str | None) -> None:
-    """A served target's endpoint accepts connections, or a one-line error naming it (credentials redacted)."""
-    import socket
-    from urllib.parse import urlsplit
-
-    from ..redact import redact
+    """A served target's endpoint answers (:func:`~medr2_hooks.llm.reach.check_endpoint`, the check the served roles
+    get; lm-eval sends the target's key, so only an answer is asked for), or a one-line error naming it."""
+    from ..llm.reach import check_endpoint
 
     if not base_url:
         raise Medr2Error(f"--model {lm_model}: give the target's endpoint as base_url= in --model_args "
                          "(e.g. base_url=http://127.0.0.1:8000/v1/completions)")
-    parts = urlsplit(base_url)
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        port = None
-    if not parts.hostname or port is None:
-        raise Medr2Error(f"--model {lm_model}: base_url {redact(base_url)} is not an http(s) URL with a host")
-    try:
-        socket.create_connection((parts.hostname, port), timeout=10).close()
-    except OSError as exc:
-        raise Medr2Error(f"--model {lm_model}: the target's endpoint {redact(base_url)} cannot be reached "
-                         f"({exc.strerror or exc}): start its server (vllm serve, medr2 serve) or fix base_url") \
-            from None
+    check_endpoint(base_url, f"--model {lm_model}", timeout=10, authorized=False)
 
 
 @contextmanager
