@@ -21,7 +21,7 @@ import csv
 import json
 from pathlib import Path
 
-from medr2_hooks.lmeval.readers import INVALID, read_json_choice, read_mirage
+from medr2_hooks.lmeval.answers import INVALID, read_json_choice, read_mirage
 
 DATASETS = {"mmlu": "mirage_mmlu", "medqa": "mirage_medqa", "medmcqa": "mirage_medmcqa", "pubmedqa": "mirage_pubmedqa",
             "bioasq": "mirage_bioasq"}

@@ -72,6 +72,11 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     _m("vanilla_rag", "Vanilla RAG",
        {"retrievers": ["dense"], "classify": False, "reformulate": False, "rerank": False, "cot": False},
        "§4.2: the raw question, dense retrieval, the top evidence in the window"),
+    # an addition beside vanilla RAG, not a method of the paper (its title says so in every report)
+    _m("hyde", "HyDE (not in the paper)", {"pipeline": "hyde", "retrievers": ["dense"], "classify": False,
+                                           "reformulate": False, "rerank": False, "cot": False},
+       "Gao et al. (2022): a hypothetical answer passage on the dense encoder's document side, then vanilla RAG's "
+       "packing; not in the Med-R² paper"),
     _m("llm_amt", "LLM-AMT", {"pipeline": "llm_amt"},
        "§4.2, C.2: query augmenter, hybrid retrieval, self-refiner filters, reader CoT"),
     _m("medr2", "Med-R²", {}, "§3, Alg. 2"),

@@ -29,7 +29,7 @@ def _pipeline(tmp_path, log, **overrides):
     from medr2_hooks.cache import StageCache
     from medr2_hooks.llm import BackendPool
     from medr2_hooks.pipeline.config import MethodConfig
-    from medr2_hooks.pipeline.medr2 import MedR2
+    from medr2_hooks.pipeline.toolbox import StageToolbox
     from medr2_hooks.retrieve.build import ensure_index
     from medr2_hooks.retrieve.searcher import Searcher
 
@@ -41,7 +41,7 @@ def _pipeline(tmp_path, log, **overrides):
     search = searcher.search
     searcher.search = lambda queries, **kw: (log.append(("search", json.dumps(queries))), search(queries, **kw))[1]
     cfg = MethodConfig.from_dict({**TINY, **overrides})
-    return MedR2(cfg, cache=StageCache(tmp_path / "stages.sqlite"), pool=pool, searcher=searcher)
+    return StageToolbox(cfg, cache=StageCache(tmp_path / "stages.sqlite"), pool=pool, searcher=searcher)
 
 
 def _model_calls(log):

@@ -10,11 +10,10 @@ import pytest
 
 from medr2_hooks import methods
 from medr2_hooks.pipeline import declare
-from medr2_hooks.pipeline.config import ROLES, MethodConfig
-from medr2_hooks.pipeline.declare import Stage, pipeline
-from medr2_hooks.pipeline.shapes import STAGE_SHAPES
+from medr2_hooks.pipeline.config import MethodConfig
+from medr2_hooks.pipeline.declare import Stage, all_roles, pipeline
 
-TOY = Stage("toy_grader", "rerank", ("leveler",), "selected evidence", "a toy grade per document")
+TOY = Stage("toy_grader", "rerank", ("leveler",), "selected evidence", "a toy grade per document", shape=float)
 
 
 @pytest.fixture
@@ -27,28 +26,30 @@ def with_toy(monkeypatch):
 
 
 def test_every_declared_stage_names_real_roles_and_steps():
-    for name in declare.MODULES:
+    assert set(declare.known()) == {"medr2", "llm_amt", "hyde"}  # the pipelines the method registry names
+    for name in declare.known():
         p = pipeline(name)
         assert p.name == name and callable(p.prepare)
         for stage in p.stages:
-            assert set(stage.roles) <= set(ROLES), (name, stage.name)
+            assert set(stage.roles) <= set(all_roles()), (name, stage.name)
+            assert stage.step in declare.EBM_STEPS + p.steps_of_its_own + (None,)
     # the registry's lists are the declaration read under each method's settings
     assert methods.method("vanilla_rag").stages() == ("retrieve", "apply")
     assert methods.method("llm_amt").stages() == ("augment", "retrieve", "rerank", "refine", "cot", "apply")
-    assert MethodConfig(pipeline="llm_amt").roles_used() == ("cot", "relevance", "augmenter", "usefulness")
+    assert MethodConfig(pipeline="llm_amt").roles_used() == ("augmenter", "relevance", "usefulness", "cot")
 
 
 def test_a_toy_stage_is_one_declaration_the_registry_roles_run_and_estimate_all_see(with_toy, tmp_path):
     from medr2_hooks.cache import StageCache
     from medr2_hooks.experiments.cost import uncounted
-    from medr2_hooks.pipeline.medr2 import MedR2
+    from medr2_hooks.pipeline.toolbox import StageToolbox
 
     # the registry's step list and the roles the run loads: vanilla RAG now reranks, with the leveler's model
     assert methods.method("vanilla_rag").stages() == ("retrieve", "rerank", "apply")
     vanilla = MethodConfig.from_dict(methods.method("vanilla_rag").variant())
     assert vanilla.roles_used() == ("leveler",)
     # the run may time and cache it (without the declaration it may not: below)
-    m = MedR2(vanilla, cache=StageCache(tmp_path / "stages.sqlite"))
+    m = StageToolbox(vanilla, cache=StageCache(tmp_path / "stages.sqlite"))
     with m.stage("toy_grader"):
         pass
     assert "toy_grader" in m.timings
@@ -66,7 +67,7 @@ def test_a_toy_stage_that_runs_is_counted_by_the_dry_run_with_no_change_to_the_e
     from medr2_hooks.experiments.cost import run_lines
     from medr2_hooks.experiments.expand import expand
     from medr2_hooks.llm.closed_set import label_distribution
-    from medr2_hooks.pipeline.medr2 import MedR2
+    from medr2_hooks.pipeline.toolbox import StageToolbox
     from medr2_hooks.retrieve.build import ensure_index
 
     ensure_index("textbooks_demo")
@@ -84,9 +85,8 @@ def test_a_toy_stage_that_runs_is_counted_by_the_dry_run_with_no_change_to_the_e
                      role="toy")])
         return ranked
 
-    fine = MedR2.fine
-    monkeypatch.setattr(MedR2, "fine", graded)
-    monkeypatch.setitem(STAGE_SHAPES, "toy_grader", float)
+    fine = StageToolbox.fine
+    monkeypatch.setattr(StageToolbox, "fine", graded)
     lines, assumptions = run_lines(plan)
     toy = [line for line in lines if line.stage == "toy_grader"]
     # every question and demonstration, the 3 documents of S^c each: one request a document (hf: one pass a menu)
@@ -100,13 +100,13 @@ def test_a_toy_stage_that_runs_is_counted_by_the_dry_run_with_no_change_to_the_e
 
 def test_a_stage_that_runs_undeclared_is_an_error(tmp_path):
     from medr2_hooks.cache import StageCache
-    from medr2_hooks.pipeline.medr2 import MedR2
+    from medr2_hooks.pipeline.toolbox import StageToolbox
 
-    m = MedR2(MethodConfig(), cache=StageCache(tmp_path / "stages.sqlite"))
+    m = StageToolbox(MethodConfig(), cache=StageCache(tmp_path / "stages.sqlite"))
     with pytest.raises(RuntimeError, match="ran stage 'toy_grader', which it does not declare"):
         with m.stage("toy_grader"):
             pass
-    vanilla = MedR2(MethodConfig.from_dict(methods.method("vanilla_rag").variant()),
+    vanilla = StageToolbox(MethodConfig.from_dict(methods.method("vanilla_rag").variant()),
                     cache=StageCache(tmp_path / "stages.sqlite"))
     with pytest.raises(RuntimeError, match="does not declare for method 'vanilla_rag'"):
         with vanilla.stage("evidence_level"):  # declared, but not under vanilla RAG's settings

@@ -110,7 +110,7 @@ def test_each_stage_of_a_run_over_the_gold_collection_is_scored(tmp_path, monkey
     from medr2_hooks.evidence.collections import collection
     from medr2_hooks.evidence.scores import score
     from medr2_hooks.lmeval.runner import EvalConfig, run_eval
-    from medr2_hooks.pipeline.stage_runs import read_run
+    from medr2_hooks.evidence.stage_runs import read_run
     from medr2_hooks.retrieve.build import build
     from pipeline_helpers import TINY
 
@@ -183,14 +183,14 @@ def test_mirages_medrag_group_runs(tmp_path):
 def test_medrag_reads_its_32_fused_snippets_when_the_window_holds_them():
     """MedRAG's setting is RRF over the index's retrievers, 32 snippets: all 32 reach the prompt when they fit
     (found on review: the evidence was cut to the default coarse_k of 5)."""
-    from medr2_hooks.pipeline.medr2 import MedR2
-    from medr2_hooks.pipeline.run import prepare
+    from medr2_hooks.pipeline.toolbox import StageToolbox
+    from medr2_hooks.pipeline.medr2 import prepare
     from medr2_hooks.prepass.spec import build_spec
 
     spec = build_spec("mirage_medqa", method="medrag", scoring="generative", limit=1,
                       method_override={"window": 32768})
-    packs, _ = prepare(MedR2(spec.cfg), "mirage_medqa", [r.public() for r in spec.eval_records], [], "generative",
-                       answer="medrag")
+    packs, _ = prepare(StageToolbox(spec.cfg), "mirage_medqa", [r.public() for r in spec.eval_records], [],
+                       "generative", answer="medrag")
     assert packs[0]["effective_k"] == len(packs[0]["evidence_texts"]) == 32
 
 
@@ -207,7 +207,7 @@ def test_the_own_article_summary_reaches_the_evidence_record_and_the_report():
     from medr2_hooks.evidence.scores import summarize
     from medr2_hooks.experiments.expand import Run
     from medr2_hooks.experiments.report_sections import own_article_table
-    from medr2_hooks.pipeline.stage_runs import own_article_summary
+    from medr2_hooks.evidence.stage_runs import own_article_summary
 
     ranks = {"q1": {"dense": 1, "bm25": 3, "fused": 1}, "q2": {"dense": None, "bm25": 40, "fused": 77},
              "q3": {"dense": None, "bm25": None, "fused": None}}

@@ -160,12 +160,12 @@ def test_paper_recipes_retrieve_dense_union_splade_without_bm25(name):
 
 def test_coarse_rerank_judges_the_current_query_unless_set_to_the_question():
     from medr2_hooks.pipeline.config import MethodConfig
-    from medr2_hooks.pipeline.medr2 import MedR2
+    from medr2_hooks.pipeline.toolbox import StageToolbox
 
-    default = MedR2(MethodConfig())
+    default = StageToolbox(MethodConfig())
     assert default.cfg.rerank_query == "query"
     assert default.rerank_queries(["Q?"], ["Q?\nreformulated\ncot"]) == ["Q?\nreformulated\ncot"]
-    stem = MedR2(MethodConfig.from_dict({"rerank_query": "question"}))
+    stem = StageToolbox(MethodConfig.from_dict({"rerank_query": "question"}))
     assert stem.rerank_queries(["Q?"], ["Q?\nreformulated"]) == ["Q?"]
     with pytest.raises(ConfigError, match="rerank_query must be query or question"):
         MethodConfig.from_dict({"rerank_query": "options"})
@@ -218,7 +218,7 @@ def test_rarearena_reports_top5_as_the_papers_metric_and_top1_beside_it():
 
 
 def test_the_usefulness_proxy_scores_the_answer_text_without_a_letter():
-    from medr2_hooks.pipeline.medr2 import answer_text
+    from medr2_hooks.rerank.fine import answer_text
 
     assert answer_text({"label": "D", "text": "D. Ceftriaxone"}) == "Ceftriaxone"
     assert answer_text({"label": "yes", "text": "yes"}) == "yes"

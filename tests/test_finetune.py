@@ -244,7 +244,7 @@ def test_a_generative_recipe_trains_the_prompt_and_statement_the_reader_takes(ge
     """Issue 40.3: the rows of a generative recipe are what the evaluation sends and what its strict reader takes."""
     from transformers import AutoTokenizer
 
-    from medr2_hooks.lmeval.readers import read_statement
+    from medr2_hooks.lmeval.answers import read_statement
 
     tok = AutoTokenizer.from_pretrained(gemma_path)
     record = examples.load_items(ItemSlice("medqa_usmle", split="dev", count=1))[0]

@@ -246,8 +246,8 @@ def test_the_excluded_own_article_says_where_it_would_have_ranked(searcher, corp
     from medr2_hooks.cache import StageCache
     from medr2_hooks.data.record import Question
     from medr2_hooks.pipeline.config import MethodConfig
-    from medr2_hooks.pipeline.medr2 import MedR2
-    from medr2_hooks.pipeline.stage_runs import own_article_summary
+    from medr2_hooks.pipeline.toolbox import StageToolbox
+    from medr2_hooks.evidence.stage_runs import own_article_summary
 
     _, subset = corpus_files
     (pmid, item), (other, _) = list(subset.items())[:2]
@@ -262,7 +262,7 @@ def test_the_excluded_own_article_says_where_it_would_have_ranked(searcher, corp
         mine = [h for h in hits if h.doc_id == f"pmid:{pmid}"][0]
         assert own[name] == mine.ranks[name] + 1
 
-    m = MedR2(MethodConfig(), cache=StageCache(tmp_path / "stages.sqlite"), searcher=searcher)
+    m = StageToolbox(MethodConfig(), cache=StageCache(tmp_path / "stages.sqlite"), searcher=searcher)
     yes_no = {"A": "yes", "B": "no"}
     questions = [Question("a", stem, yes_no, "en", pmid), Question("b", subset[other]["QUESTION"], yes_no, "en", other),
                  Question("c", stem, yes_no, "en")]

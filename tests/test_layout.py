@@ -45,3 +45,11 @@ def test_no_module_imports_a_module_that_imports_it_back():
     for module in sorted(graph):
         walk(module, module, [module])
     assert len(graph) > 100 and cycles == []
+
+
+def test_evidence_scoring_imports_nothing_of_the_pipelines_it_scores():
+    """Issue 53.3: evidence/ reads stage runs and gold; the pipelines write the runs through it, never the reverse."""
+    graph = import_graph()
+    up = {m: sorted(d for d in deps if d.startswith("medr2_hooks.pipeline"))
+          for m, deps in graph.items() if m.startswith("medr2_hooks.evidence")}
+    assert up and not any(up.values()), up

@@ -55,8 +55,8 @@ def test_refiner_keeps_exactly_the_documents_both_filters_accept(tmp_path, usmle
     # the augmenter, the retrievers and both filters see the question only: never an option text
     # (the reader answers the question, so its CoT prompt lists the options)
     roles = {kind for kind, _ in log}
-    assert {"generate:augmenter", "score_choices:coarse_rerank", "score_choices:usefulness", "search"} <= roles
-    sent = " ".join(payload for kind, payload in log if kind.split(":")[-1] in ("augmenter", "coarse_rerank",
+    assert {"generate:augmenter", "score_choices:relevance", "score_choices:usefulness", "search"} <= roles
+    sent = " ".join(payload for kind, payload in log if kind.split(":")[-1] in ("augmenter", "relevance",
                                                                                "usefulness", "search"))
     for r in usmle:
         assert json.dumps(f"\nA. {r.options['A']}")[1:-1] not in sent
@@ -91,11 +91,11 @@ def test_llm_amt_reranks_with_the_coarse_reranker_before_its_llm_filters(tmp_pat
     assert all(len(runs["fused.t1"][r.id]) > 1 for r in usmle)  # the union of both retrievers
     assert all(len(runs["coarse.t1"][r.id]) == 1 for r in usmle)  # reranked to coarse_k before the filters
     assert all(set(runs["fine.t1"][r.id]) <= set(runs["coarse.t1"][r.id]) for r in usmle)
-    assert any(kind == "score_choices:coarse_rerank" for kind, _ in log)  # the relevance filter: an LLM judge
+    assert any(kind == "score_choices:relevance" for kind, _ in log)  # the relevance filter: an LLM judge
 
 
 def test_rejecting_every_document_leaves_the_reader_without_knowledge(tmp_path, usmle):
-    from medr2_hooks.lmeval.medr2 import doc_to_text
+    from medr2_hooks.lmeval.retrieval import doc_to_text
     from medr2_hooks.prepass.packs import prepare_records
 
     packs, record = prepare_records(_pipeline(tmp_path, [], **AMT, relevance_threshold=1.0), "medqa_usmle", usmle, [])

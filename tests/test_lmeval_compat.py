@@ -22,7 +22,7 @@ def test_raw_task_yaml_merges_includes_and_leaves_functions_as_text():
     assert cfg["task"] == "medqa_usmle_medr2" and cfg["output_type"] == "multiple_choice"
     # unresolved: text (lm-eval writes it as the including file's folder joined to the dotted name)
     assert isinstance(cfg["custom_dataset"],
-                      str) and cfg["custom_dataset"].endswith("medr2_hooks.lmeval.medr2.load_dataset")
+                      str) and cfg["custom_dataset"].endswith("medr2_hooks.lmeval.retrieval.load_dataset")
 
 
 def test_only_compat_touches_lm_evals_private_names():

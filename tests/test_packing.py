@@ -13,7 +13,7 @@ def test_a_demonstration_that_does_not_fit_is_skipped_not_the_end_of_the_list():
 
 
 def test_shots_per_prompt_are_summarised():
-    from medr2_hooks.pipeline.evidence import Packing, shots_summary
+    from medr2_hooks.pipeline.packing import Packing, shots_summary
 
     packings = [Packing("", [], n, 100, False, 10 - n) for n in (0, 1, 3)]
     assert shots_summary(packings, 10) == {"available": 10, "mean": 1.33, "min": 0, "max": 3, "zero_shot": 1,

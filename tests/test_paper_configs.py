@@ -19,12 +19,15 @@ def test_no_paper_run_judges_with_an_embedded_model(name):
     runs = [r for r in expand(load_experiment(name)) if "roles" in r.resolved]
     assert runs
     for run in runs:
-        models = run.resolved["roles"]
+        models = run.resolved["roles"]  # the roles the run's method calls
         assert not [m for m in models.values() if m.startswith("embedded:")], run.name
-        assert models["reference"] == "Qwen/Qwen2.5-72B-Instruct"
-        family = "Qwen/Qwen2.5-1.5B" if run.model.startswith("qwen") else "princeton-nlp/Sheared-LLaMA-1.3B"
-        assert models["proxy"] == family
+        if "reference" in models:
+            assert models["reference"] == "Qwen/Qwen2.5-72B-Instruct"
+        if "proxy" in models:
+            family = "Qwen/Qwen2.5-1.5B" if run.model.startswith("qwen") else "princeton-nlp/Sheared-LLaMA-1.3B"
+            assert models["proxy"] == family
         assert {"unit", "coarse_k", "window"} <= set(run.resolved)
+    assert any({"reference", "proxy"} <= set(r.resolved["roles"]) for r in runs)  # Med-R²'s rows judge
 
 
 def test_a_gpu_target_with_embedded_roles_is_an_error_unless_allowed():

@@ -133,7 +133,8 @@ def test_prepared_packs_reach_the_hook_without_a_model_call(prepared, own_cache,
     own_cache("single", start=prepared)
 
     # the hook of the same task and settings reads the packs: building a pipeline would be a failure
-    monkeypatch.setattr("medr2_hooks.pipeline.medr2.MedR2.__init__", lambda *a, **k: pytest.fail("pre-pass in lm-eval"))
+    monkeypatch.setattr("medr2_hooks.pipeline.toolbox.StageToolbox.__init__",
+                        lambda *a, **k: pytest.fail("pre-pass in lm-eval"))
     stored = json.loads(Path(out["packs"]).read_text())["packs"]
     rows = hook.load_dataset(**_hook_kwargs(_metadata(limit=2)))["test"]
     # the dataset is the whole benchmark (lm-eval reports its true size); only the first 2 rows carry packs

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from medr2_hooks.cli.main import main
-from medr2_hooks.lmeval import readers
+from medr2_hooks.lmeval import answers as readers
 from medr2_hooks.lmeval.diagnosis import parse_list
 
 LETTERS = ["A", "B", "C", "D"]

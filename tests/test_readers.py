@@ -11,7 +11,7 @@ import json
 import pytest
 
 from medr2_hooks.cli.main import main
-from medr2_hooks.lmeval.readers import INVALID, read_flexible, read_json_choice, read_mirage, read_statement
+from medr2_hooks.lmeval.answers import INVALID, read_flexible, read_json_choice, read_mirage, read_statement
 
 LETTERS = list("ABCD")
 OPTIONS = {"A": "Aspirin", "B": "Heparin", "C": "Clopidogrel", "D": "Warfarin"}

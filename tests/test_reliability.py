@@ -372,7 +372,7 @@ def test_an_unreachable_endpoint_names_the_role_stage_and_url(tmp_path):
     from medr2_hooks.data.record import Question
     from medr2_hooks.llm.openai_backend import EndpointError
     from medr2_hooks.pipeline.config import MethodConfig
-    from medr2_hooks.pipeline.medr2 import MedR2
+    from medr2_hooks.pipeline.toolbox import StageToolbox
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -380,7 +380,7 @@ def test_an_unreachable_endpoint_names_the_role_stage_and_url(tmp_path):
     url = f"http://127.0.0.1:{port}/v1"
     cfg = MethodConfig.from_dict({"roles": {"classifier": {"backend": "openai", "model": "m", "base_url": url,
                                                            "timeout": 5}}})
-    m = MedR2(cfg, cache=StageCache(tmp_path / "stages.sqlite"))
+    m = StageToolbox(cfg, cache=StageCache(tmp_path / "stages.sqlite"))
     with pytest.raises(EndpointError) as err:
         m.classify([Question("q1", "Which drug treats CML?", {"A": "imatinib", "B": "aspirin"}, "en")])
     # the served role is identified by what its server reports (issue 28.8): the first thing that fails

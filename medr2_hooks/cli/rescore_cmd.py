@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Each task is scored on its own (a plain replies file is one task, named by its stem); a task whose replies\n"
         "are not text (log-likelihood) or are another reader's is listed under skipped_tasks with the reason. A run\n"
         "folder is walked without following symbolic links. A malformed row is an error naming its file and line.\n"
-        "Readers (medr2_hooks/lmeval/readers.py, the tasks' own): generative (strict: an explicit answer statement;\n"
+        "Readers (medr2_hooks/lmeval/answers.py, the tasks' own): generative (strict: an explicit answer statement;\n"
         "acc_flexible beside it), medrag (MedRAG's JSON answer; acc_mirage: MIRAGE's scorer's rule, which reads an\n"
         "answer it cannot find as \"A\"), diagnosis (RareArena's five ranked diagnoses, offline Orphanet grade).\n"
         "examples:\n"
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _read(item: Reply, reader: str) -> dict:
     """One reply's reading and its scores."""
-    from ..lmeval import readers
+    from ..lmeval import answers as readers
 
     reply, answer, options = item.reply, item.answer, item.options
     if reader == "diagnosis":

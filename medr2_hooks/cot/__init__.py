@@ -63,12 +63,12 @@ def cot_answers(backend: Backend, prompts: list[str], cots: list[str],
     free = groups.pop((), [])
     if free:
         names = backend.generate([f"{prompts[i]} {cots[i]}\nTherefore, the most likely diagnosis is" for i in free],
-                                 FREE_ANSWER_TOKENS, stop=["\n", "."], role="cot_answer")
+                                 FREE_ANSWER_TOKENS, stop=["\n", "."], role="cot")
         for i, name in zip(free, names):
             result[i] = {normalise(name): 1.0} if normalise(name) else {}
     for ls, idx in groups.items():
         probs = label_distribution(backend, [f"{prompts[i]} {cots[i]}\nTherefore, the answer is" for i in idx],
-                                   list(ls), role="cot_answer")
+                                   list(ls), role="cot")
         for i, p in zip(idx, probs):
             result[i] = dict(zip(ls, map(float, p)))
     return [result[i] for i in range(len(labels))]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import settings
 from ..errors import Medr2Error
-from ..pipeline.stage_runs import read_run
+from .stage_runs import read_run
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def from_run(name_or_path: str) -> list[RunEvidence]:
 
 def search(index: str, queries: dict[str, str], k: int = 100) -> dict[str, dict[str, list[str]]]:
     """Each retriever's and the fused ranking of every query, searched directly (no method, no exclusion)."""
-    from ..pipeline.stage_runs import StageRuns
+    from .stage_runs import StageRuns
     from ..retrieve.searcher import Searcher
 
     searcher = Searcher.open(index)

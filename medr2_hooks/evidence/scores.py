@@ -105,7 +105,7 @@ def summarize(prepass: dict) -> dict:
     per-question values of the compared measures (what a report's paired statistics resample)."""
     from pathlib import Path
 
-    from ..pipeline.stage_runs import read_run
+    from .stage_runs import read_run
     from .collections import for_index
 
     out = {}

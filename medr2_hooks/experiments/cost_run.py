@@ -34,9 +34,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..cache import stable_hash
-from ..pipeline.config import ROLES
+from ..pipeline.declare import all_roles
 from ..pipeline.declare import pipeline
-from ..pipeline.medr2 import MedR2
+from ..pipeline.toolbox import StageToolbox
 from ..redact import public_url
 from .cost_eval import Line
 from .cost_sizes import SAMPLE_QUERIES, passage_sample, tokens_for, union_size, unit_size
@@ -45,13 +45,13 @@ from .cost_stand_ins import (CountingBackend, CountingCache, CountingCrossEncode
 
 SAMPLE_ITEMS = 2  # evaluation questions run through the pipeline (evenly spaced over the run's)
 SAMPLE_DEMOS = 1  # demonstrations run through it (repeated to the pool's size, so packing sees every shot)
-class CountedMedR2(MedR2):
+class CountedMedR2(StageToolbox):
     """The pipeline's toolbox over counting roles, searcher and cross-encoder, with an in-memory stage cache."""
 
     def __init__(self, cfg, searcher: CountingSearcher, ledger: Ledger, per_label_menus: bool = False):
         super().__init__(cfg, cache=CountingCache(ledger), searcher=searcher)
         self.ledger, self.per_label_menus = ledger, per_label_menus
-        self.ids = {role: identity(cfg.role(role)) for role in ROLES}  # no server asked for its live identity
+        self.ids = {role: identity(cfg.role(role)) for role in all_roles()}  # no server asked for its live identity
         self._backends: dict[str, CountingBackend] = {}
         self._target_tok = tokens_for(cfg.target_tokenizer).tokenizer
         self.selected = False
@@ -158,7 +158,7 @@ def count_prepass(cfg, benchmark: str, items: list, demos: list, scoring: str = 
                                      cfg.unit, cfg.fusion, queries)
     declared = pipeline(cfg.pipeline)
     key = stable_hash({"cfg": {k: v for k, v in cfg.to_json().items() if k not in ("llm", "roles", "target_tokenizer")},
-                       "roles": {r: identity(cfg.role(r)) for r in ROLES},
+                       "roles": {r: identity(cfg.role(r)) for r in cfg.roles_used()},
                        "target": tokens_for(cfg.target_tokenizer).used, "declared": id(declared),
                        "benchmark": benchmark, "items": [q.id for q in picked],
                        "demos": [d.question.id for d in run_demos], "texts": [q.id for q in items[:400]],

@@ -16,7 +16,7 @@ from .cost_sizes import Tokens, tokens_for
 
 # generated text: medical words without stop strings (no newline, no full stop)
 FILLER = "the patient presents with acute pain and fever and raised inflammatory markers suggesting infection "
-CEILING_CHOICE = {"conflict_judge": -1}  # the answer that keeps every document: "no" conflict; else the first label
+CEILING_CHOICE = {"conflict": -1}  # the answer that keeps every document: "no" conflict; else the first label
 
 
 class Ledger:
@@ -157,6 +157,9 @@ class CountingSearcher:
 
     def overlong_queries(self, queries: list[str]) -> dict:
         return {}
+
+    def document_side_vectors(self, queries: list[str], documents: list[str]) -> None:
+        return None  # an encoder pass, as a query's: not a role's model call (the estimate counts those)
 
     def search(self, queries: list[str], k: int = 10, unit: str = "passage", fusion: str = "union",
                exclude_pmids=None, **_) -> list[list[Hit]]:

@@ -15,7 +15,6 @@ from .. import data, methods
 from ..config import ConfigError, key_values, target_model
 from ..errors import DataError
 from ..lmeval.runner import CONTINUATION_MODEL
-from ..pipeline.config import ROLES
 from .budget import candidates, size_candidates
 from .config import LONG_WINDOW, Experiment, role_set
 
@@ -193,7 +192,7 @@ def _resolved(exp: Experiment, spec, method: str, override: dict) -> dict:
     from ..llm.embedded import is_embedded
     from ..prepass.spec import check_roles
 
-    roles = {role: cfg.role(role)["model"] for role in ROLES}
+    roles = {role: cfg.role(role)["model"] for role in cfg.roles_used()}
     # the pre-pass's own rule (a GPU sweep must not silently judge with a 270M model), applied before launch
     check_roles(cfg, pretrained_of(spec), exp.allow_embedded_roles, f"experiment {exp.name}: {spec.name} {method}",
                 "allow_embedded_roles: true in the experiment (or give the model a role_set of experiments/roles.yaml)")

@@ -15,7 +15,8 @@ few items) and the interfaces a GPU run goes through, with each model replaced b
   that cap (the run keeps the paper's window label; the report says which cells were capped);
 - the paper's GPU-only retrieval pieces (the BGE index, the cross-encoder coarse reranker, the target's hub
   tokenizer) give way to the defaults (the embedded ``textbooks_demo`` index, the LLM coarse judge, the stand-in's
-  tokenizer), and the loop is CPU-sized (``CPU_LOOP``; retrieve_k and coarse_k at most ``CPU_K``).
+  tokenizer), and the loop is CPU-sized (experiments/settings.yaml ``cpu_rehearsal``; its retrieve_k and coarse_k
+  are caps).
 
 Nothing here is a result about the paper's models: the report says so on its first line.
 """
@@ -34,9 +35,7 @@ GEMMA, SMOLLM = "embedded:gemma-270m", "embedded:smollm2-135m-instruct"
 CONTEXT = {GEMMA: 32768, SMOLLM: 8192}  # max_position_embeddings of the stand-ins
 PORTS = {GEMMA: 18270,
          SMOLLM: 18135}  # fixed, so the served roles' ids (model@url) and the stage cache survive restarts
-CPU_LOOP = {"iterations": 2, "conflict": {"top": 2}, "max_demos": 1, "cot_max_new_tokens": 32,
-            "reformulate_max_new_tokens": 24, "augment_max_new_tokens": 24, "max_doc_tokens": 128}
-CPU_K = {"retrieve_k": 4, "coarse_k": 8}  # at most this many candidates per retriever / in the coarse set
+CAPS = ("retrieve_k", "coarse_k")  # of experiments/settings.yaml's cpu_rehearsal: at most these, not exactly
 CPU_GEN_TOKENS = 48  # a generative target's answer (the paper setting's 1024 would take minutes an item here)
 GPU_ONLY = ("index", "coarse", "target_tokenizer")  # BGE index, cross-encoder reranker, the target's hub tokenizer
 # finetune cells: the checkpoint of the CPU recipe trained on the answers the cells read (letters / generative)
@@ -91,12 +90,21 @@ def _served(stand_in: str, server: dict, plan: Plan) -> dict:
             "base_url": f"http://127.0.0.1:{plan.port(stand_in)}/v1", "concurrency": server.get("concurrency", 4)}
 
 
+def cpu_sizes() -> tuple[dict, dict]:
+    """The rehearsal's loop and its candidate caps, from experiments/settings.yaml (``cpu_rehearsal``)."""
+    from .config import named_setting
+
+    sizes = named_setting("cpu_rehearsal", "medr2 sweep --rehearse")["method_override"]
+    return {k: v for k, v in sizes.items() if k not in CAPS}, {k: sizes[k] for k in CAPS}
+
+
 def _cpu_sized(override: dict) -> dict:
+    loop, caps = cpu_sizes()
     out = {k: v for k, v in override.items() if k not in GPU_ONLY}
-    for key, most in CPU_K.items():
+    for key, most in caps.items():
         if key in out or key == "retrieve_k":
             out[key] = min(out.get(key, most), most)
-    return {**out, **CPU_LOOP}
+    return {**out, **loop}
 
 
 def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
@@ -147,7 +155,7 @@ def rehearsal(exp: Experiment, plan: Plan) -> Experiment:
                                             "window_cap": plan.window_cap,
                             "models": [m.name for m in models]},
                    "models": mapping, "judge": exp.judge, "servers": {m: plan.port(m) for m in CONTEXT},
-                   "windows_capped": capped, "cpu_loop": CPU_LOOP, "cpu_k": CPU_K,
+                   "windows_capped": capped, "cpu_loop": cpu_sizes()[0], "cpu_k": cpu_sizes()[1],
                    "candidate_ratio": exp.candidate_ratio, "gen_kwargs": exp.gen_kwargs,
                    "replaced": {k: exp.method_override[k] for k in GPU_ONLY if k in exp.method_override}})
 

@@ -1,11 +1,11 @@
 """Generative (chain-of-thought) variants: the target reasons and states its answer, read strictly.
 
 The prompt asks the model to reason and finish with ``the answer is (X)`` (naming the possible answers when they are
-words: yes, no, maybe). Each reply is read twice (:mod:`medr2_hooks.lmeval.readers`), as lm-eval's generative
+words: yes, no, maybe). Each reply is read twice (:mod:`medr2_hooks.lmeval.answers`), as lm-eval's generative
 multiple-choice tasks report a strict and a flexible extraction: ``acc`` (the headline) counts only an explicit
 statement of one option; ``acc_flexible`` also takes an answer statement naming an option's text or a bracketed
 label. A reply neither reads is :data:`INVALID`: wrong, and counted (``invalid``, ``invalid_flexible``), never a
-default letter. MedRAG's JSON answers (``medrag``) are read by :func:`~medr2_hooks.lmeval.readers.read_json_choice`
+default letter. MedRAG's JSON answers (``medrag``) are read by :func:`~medr2_hooks.lmeval.answers.read_json_choice`
 and beside it by MIRAGE's own rule (``acc_mirage``), so a MIRAGE cell is compared like for like.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..apply import prompts
 from ..data.record import Record
-from .readers import INVALID, read_flexible, read_json_choice, read_mirage, read_statement
+from .answers import INVALID, read_flexible, read_json_choice, read_mirage, read_statement
 
 
 

@@ -17,7 +17,7 @@ import json
 
 from ..apply import prompts
 from ..data.record import Record
-from .medr2 import _prefix
+from .retrieval import _prefix
 
 def doc_to_text(doc: dict) -> str:
     """The user turn: the pack's snippets (titles kept, numbered from 0, as packed within the window; none for

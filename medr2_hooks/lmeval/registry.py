@@ -8,7 +8,7 @@ from functools import lru_cache
 
 from ..errors import UnknownNameError
 
-HOOK = "medr2_hooks.lmeval.medr2.load_dataset"  # the retrieval tasks' dataset hook: these tasks have a pre-pass
+HOOK = "medr2_hooks.lmeval.retrieval.load_dataset"  # the retrieval tasks' dataset hook: these tasks have a pre-pass
 
 
 def task_manager(include_defaults: bool = False, metadata: dict | None = None):

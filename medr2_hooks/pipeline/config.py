@@ -3,8 +3,9 @@
 Switches map onto the paper's Table 10 ablation: ``reformulate`` (query reformulator), ``rerank`` (evidence
 reranker: coarse + fine), ``cot`` (CoT generator and the Alg. 2 loop). All three on = Med-R²;
 ``cot_in_first_query`` = Med-R²-CoT; all off with the dense retriever only = vanilla RAG.
-``pipeline`` picks the stage composition: ``medr2`` (Alg. 2 and its ablations) or ``llm_amt`` (query
-augmenter → hybrid retrieval → relevance and usefulness filters → reader CoT; no demonstrations).
+``pipeline`` picks the stage composition, a module of :mod:`medr2_hooks.pipeline` (``medr2``: Alg. 2 and its
+ablations; ``llm_amt``: query augmenter → hybrid retrieval → relevance and usefulness filters → reader CoT, no
+demonstrations; ``hyde``: a hypothetical passage's embedding → dense retrieval → vanilla RAG's packing).
 """
 
 from __future__ import annotations
@@ -14,20 +15,18 @@ from dataclasses import asdict, dataclass, field
 from ..config import from_dict, in_range
 from ..fs import safe_component
 from ..rerank.fine import ConflictConfig
-from .declare import MODULES as PIPELINES
+from .declare import all_roles, known
 
 MIN_PROMPT_ROOM = 512  # tokens of the window a question with its evidence needs, beside the answer's room
 MIN_EVIDENCE_TOKENS = 64  # the smallest evidence budget: one short passage
 
 EMBEDDED_LLM = {"backend": "hf", "model": "embedded:gemma-270m", "batch_size": 8}
-ROLES = ("classifier", "reformulator", "cot", "doc_typer", "leveler", "reference", "proxy", "relevance", "conflict",
-         "augmenter", "usefulness")
 
 
 @dataclass(frozen=True)
 class MethodConfig:
     method: str = "medr2"  # the name runs and pre-pass records are filed under
-    pipeline: str = "medr2"  # medr2 | llm_amt
+    pipeline: str = "medr2"  # a pipeline module of medr2_hooks.pipeline the method registry names
     index: str = "textbooks_demo"
     retrievers: list[str] | None = None  # default: every retriever the index has
     unit: str = "passage"  # evidence unit: passage (fits a 4K window) or document (paper-faithful)
@@ -76,13 +75,14 @@ class MethodConfig:
     augment_max_new_tokens: int = 64  # LLM-AMT: rewrite and expansion, each
     relevance_threshold: float = 0.5  # LLM-AMT refiner: keep a document when P(yes) exceeds this
     usefulness_threshold: float = 0.5
+    options: dict = field(default_factory=dict)  # pipeline -> its own settings (its register(options=...))
     roles: dict = field(default_factory=dict)  # role -> backend spec; missing roles use ``llm``
     llm: dict = field(default_factory=lambda: dict(EMBEDDED_LLM))
 
     def __post_init__(self):
-        unknown = sorted(set(self.roles) - set(ROLES))
-        if unknown:
-            raise ValueError(f"unknown role {unknown[0]!r}; valid roles: {', '.join(ROLES)}")
+        unknown = sorted(set(self.roles) - set(all_roles()))
+        if unknown:  # the roles the pipelines' stages declare (medr2_hooks.pipeline.declare.all_roles)
+            raise ValueError(f"unknown role {unknown[0]!r}; valid roles: {', '.join(all_roles())}")
         from ..llm import check_spec
 
         check_spec(self.llm, "llm")
@@ -101,8 +101,9 @@ class MethodConfig:
         if self.delta_unit != "l2_centroid_shift_unit_embeddings":
             raise ValueError("delta_unit: delta is compared with the L2 centroid shift of unit-normalised embeddings "
                              f"(l2_centroid_shift_unit_embeddings), found {self.delta_unit!r}")
-        if self.pipeline not in PIPELINES:
-            raise ValueError(f"pipeline must be one of {', '.join(PIPELINES)}, found {self.pipeline!r}")
+        if self.pipeline not in known():
+            raise ValueError(f"pipeline must be one of {', '.join(known())}, found {self.pipeline!r}")
+        self._check_options()
         needed = self.reformulate or self.rerank
         if self.classify is None:
             object.__setattr__(self, "classify", needed)
@@ -122,6 +123,26 @@ class MethodConfig:
         self._check_room()
         for name in ("relevance_threshold", "usefulness_threshold"):
             in_range(self, name, 0, 1)
+
+    def _check_options(self) -> None:
+        """``options`` (pipeline name -> its own settings) checked against each pipeline's declared settings: an
+        unknown pipeline, a pipeline without settings, an unknown key or a wrong type is an error. The config's own
+        pipeline gets its defaults filled in, so a run record shows every setting it ran with; another pipeline's
+        entry (a sweep-wide override) is checked and kept, as ``roles`` keeps roles other pipelines call."""
+        from .declare import pipeline
+
+        checked = {}
+        for name, raw in self.options.items():
+            if name not in known():
+                raise ValueError(f"options.{name}: not a pipeline; pipelines: {', '.join(known())}")
+            declared = pipeline(name).options
+            if declared is None:
+                raise ValueError(f"options.{name}: pipeline {name!r} has no settings of its own")
+            checked[name] = asdict(from_dict(declared, raw, f"options.{name}"))
+        own = pipeline(self.pipeline).options
+        if own is not None and self.pipeline not in checked:
+            checked[self.pipeline] = asdict(own())
+        object.__setattr__(self, "options", checked)
 
     def _check_room(self) -> None:
         """A window that can hold what the method means: room for the prompt beside the answer's (a generative
@@ -147,8 +168,7 @@ class MethodConfig:
         declared stages (:mod:`medr2_hooks.pipeline.declare`)."""
         from .declare import pipeline
 
-        used = pipeline(self.pipeline).roles(self)
-        return tuple(r for r in ROLES if r in used)
+        return pipeline(self.pipeline).roles(self)
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -22,10 +22,11 @@ from ..data.record import Demo, Question
 from ..llm.backend import Backend
 from ..llm.closed_set import label_distribution
 from ..reformulate import usable
-from .declare import Stage, register
-from .evidence import evidence_record, pack_prompts, select_evidence, shots_summary
-from .medr2 import GENERATION_VERSION, MedR2
-from .stage_runs import StageRuns, own_article_summary
+from ..evidence.stage_runs import StageRuns
+from .declare import Stage, always, register
+from .packing import finish, select_evidence
+from .stages import COARSE_CROSS_ENCODER, COARSE_LLM, COT, OWN_RANK, PACK, RETRIEVE
+from .toolbox import GENERATION_VERSION, StageToolbox
 
 
 def rewrite_prompt(backend: Backend, question: str) -> str:
@@ -45,7 +46,7 @@ def usefulness_prompt(question: str, document: str) -> str:
             "Does the document contain knowledge that helps answer the question (yes or no)? Answer:")
 
 
-def augment(m: MedR2, questions: list[Question]) -> list[dict]:
+def augment(m: StageToolbox, questions: list[Question]) -> list[dict]:
     """``{"rewrite", "expansion", "query"}`` per question; the query is what the retrievers see."""
     cfg = m.cfg
     config = {"model": m.ids["augmenter"], "max_new_tokens": cfg.augment_max_new_tokens, "version": GENERATION_VERSION}
@@ -73,7 +74,7 @@ def augment(m: MedR2, questions: list[Question]) -> list[dict]:
             for q, r, e in zip(questions, rewrites, expansions)]
 
 
-def usefulness(m: MedR2, questions: list[str], candidates: list[list[dict]]) -> list[list[float]]:
+def usefulness(m: StageToolbox, questions: list[str], candidates: list[list[dict]]) -> list[list[float]]:
     """P("yes") that each document helps answer its question (question text only, never the options)."""
     pairs = [[q, h["text"]] for q, hits in zip(questions, candidates) for h in hits]
 
@@ -87,7 +88,7 @@ def usefulness(m: MedR2, questions: list[str], candidates: list[list[dict]]) -> 
     return [[next(scores) for _ in hits] for hits in candidates]
 
 
-def refine(m: MedR2, questions: list[str], queries: list[str], candidates: list[list[dict]]) -> list[list[dict]]:
+def refine(m: StageToolbox, questions: list[str], queries: list[str], candidates: list[list[dict]]) -> list[list[dict]]:
     """The self-refiner: relevance filter (an LLM judge, against the query ``rerank_query`` names, as Med-R²'s
     coarse rerank), then usefulness filter on the survivors against the question (retrieval order kept)."""
     cfg = m.cfg
@@ -103,24 +104,21 @@ def refine(m: MedR2, questions: list[str], queries: list[str], candidates: list[
 
 
 STAGES = (
-    Stage("amt_rewrite", "augment", ("augmenter",), "question stem", "rewrite in precise medical terms"),
-    Stage("amt_expand", "augment", ("augmenter",), "question stem, rewrite", "expansion; the retrieval query"),
-    Stage("retrieve", "retrieve", (), "augmented query", "fused candidates"),
-    Stage("own_rank", None, (), "question stem, own PubMed id", "rank the excluded own abstract would have had"),
-    Stage("coarse", "rerank", (), "rerank query, candidates", "cross-encoder score per candidate; top coarse_k",
-          lambda c: c.rerank and c.coarse == "cross_encoder"),
-    Stage("coarse", "rerank", ("relevance",), "rerank query, candidates", "relevance per candidate; top coarse_k",
-          lambda c: c.rerank and c.coarse == "llm"),
+    Stage("amt_rewrite", "augment", ("augmenter",), "question stem", "rewrite in precise medical terms", shape=str),
+    Stage("amt_expand", "augment", ("augmenter",), "question stem, rewrite", "expansion; the retrieval query",
+          shape=str),
+    RETRIEVE, OWN_RANK, COARSE_CROSS_ENCODER, COARSE_LLM,
     # the LLM relevance judge: the hybrid rerank when coarse is llm, and always the relevance filter (same cache)
-    Stage("coarse", "refine", ("relevance",), "rerank query, documents", "P(yes) relevant; the relevance filter"),
-    Stage("amt_useful", "refine", ("usefulness",), "question stem, relevant documents", "P(yes) useful; the filter"),
-    Stage("cot", "cot", ("cot",), "question, options, kept knowledge", "the reader's CoT"),
-    Stage("pack", "apply", (), "kept knowledge, reasoning", "prompt prefix within the window"),
+    COARSE_LLM.under(always, step="refine", writes="P(yes) relevant; the relevance filter"),
+    Stage("amt_useful", "refine", ("usefulness",), "question stem, relevant documents", "P(yes) useful; the filter",
+          shape=float),
+    COT.under(always, reads="question, options, kept knowledge", writes="the reader's CoT"),
+    PACK,
 )
 
 
-@register("llm_amt", STAGES)
-def prepare(m: MedR2, benchmark: str, questions: list[Question], demos: list[Demo],
+@register("llm_amt", STAGES, steps=("augment", "refine"))
+def prepare(m: StageToolbox, benchmark: str, questions: list[Question], demos: list[Demo],
             scoring: str = "letters", answer: str = "default") -> tuple[list[dict], dict]:
     """Evidence packs for ``questions``: kept knowledge as the prefix and the reader's CoT as ``reasoning``.
     LLM-AMT's reader is zero-shot, so the demonstration pool is not used (and ``scoring`` renders nothing)."""
@@ -136,27 +134,13 @@ def prepare(m: MedR2, benchmark: str, questions: list[Question], demos: list[Dem
     kept = refine(m, [q.question for q in questions], queries, reranked)
     selected = [select_evidence(m, hits) for hits in kept]
     cots = m.cots([[q.question, q.options, [h["text"] for h in sel]] for q, sel in zip(questions, selected)])
-    packs = []
-    with m.stage("pack"):
-        reasoning = [c["cot"] if cfg.answer_with_cot else None for c in cots]
-        packings = pack_prompts(m, benchmark, questions, selected, reasoning, [], scoring)
-        for q, p, sel, cand, rr, kp, aug, c, r in zip(questions, packings, selected, candidates, reranked, kept,
-                                                      augmented, cots, reasoning):
-            m.counts["question_over_window"] += p.over_window
-            runs.add_iteration(q.id, 1, cand, rr, kp, sel)  # LLM-AMT's refined knowledge is its "fine" stage
-            runs.add_packed(q.id, p.used, 1)
-            packs.append({
-                "prefix": p.prefix, "reasoning": r,
-                "evidence": [{**evidence_record(h), "relevance": h["relevance"], "usefulness": h["usefulness"]}
-                             for h in p.used],
-                "effective_k": len(p.used), "n_demos": 0, "prompt_tokens": p.tokens, "cot": c["cot"],
-                "cot_answer": c["answer"], "augmented_query": aug, "retrieved_ids": [h["doc_id"] for h in cand],
-                "iterations": [], "stopped_at": None,
-            })
-    record = m.run_record(started, len(questions), 0)
-    record["shots"] = shots_summary(packings, 0)
-    record["stage_runs"] = runs.for_items({q.id for q in questions})
-    own = m.own_article_ranks(questions)  # PubMedQA: where the excluded own abstract would have ranked
-    if own:
-        record["own_article"] = own_article_summary(own)
+    for q, cand, rr, kp, sel in zip(questions, candidates, reranked, kept, selected):
+        runs.add_iteration(q.id, 1, cand, rr, kp, sel)  # LLM-AMT's refined knowledge is its "fine" stage
+    reasoning = [c["cot"] if cfg.answer_with_cot else None for c in cots]
+    provenance = [{"cot": c["cot"], "cot_answer": c["answer"], "augmented_query": aug,
+                   "retrieved_ids": [h["doc_id"] for h in cand], "iterations": [], "stopped_at": None}
+                  for c, aug, cand in zip(cots, augmented, candidates)]
+    packs, record = finish(m, benchmark, questions, selected, reasoning, runs, started, scoring,
+                           kept=[1] * len(questions), provenance=provenance,
+                           evidence_keys=("relevance", "usefulness"))
     return packs, record

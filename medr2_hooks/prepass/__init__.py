@@ -8,5 +8,5 @@
   over Slurm array tasks or Ray workers, each shard writing its own stage-cache segment, then assembled.
 
 "Prepare" means one thing: making a task's packs ahead of the evaluation. The lm-eval hook
-(:mod:`medr2_hooks.lmeval.medr2`) only reads them, or makes them in-process when nothing was prepared.
+(:mod:`medr2_hooks.lmeval.retrieval`) only reads them, or makes them in-process when nothing was prepared.
 """

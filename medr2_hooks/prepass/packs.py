@@ -107,11 +107,11 @@ def run_prepass(spec: PrepassSpec, write: bool = True, shard: str | None = None,
                 record_path: Path | None = None, cache=None) -> tuple[list[dict], dict]:
     """Run the method's pre-pass over the spec's items (every stage cached, in ``cache``, default the main stage
     cache); write its record (at ``record_path``, default the spec's) and, with ``write``, its packs."""
-    from ..pipeline.medr2 import MedR2
+    from ..pipeline.toolbox import StageToolbox
 
     with kernel_threads(spec.threads):
-        packs, record = prepare_records(MedR2(spec.cfg, cache=cache), spec.benchmark, spec.eval_records, spec.demos,
-                                        spec.scoring)
+        packs, record = prepare_records(StageToolbox(spec.cfg, cache=cache), spec.benchmark, spec.eval_records,
+                                        spec.demos, spec.scoring)
     record["numerics"] = {"threads": spec.threads}
     record.update(benchmark=spec.benchmark, subject=spec.subject, key=spec.key, identity=spec.identity(), shard=shard,
                   roles_check=spec.roles_check,
@@ -125,7 +125,7 @@ def run_prepass(spec: PrepassSpec, write: bool = True, shard: str | None = None,
     path = record_path or spec.record_path
     runs = record.pop("stage_runs", {})
     if runs:  # each stage's ranked documents as TREC runs beside the record (medr2 evidence scores them)
-        from ..pipeline.stage_runs import write_runs
+        from ..evidence.stage_runs import write_runs
 
         folder = path.with_name(f"{path.stem}.runs")
         record["stage_runs"] = {"folder": str(folder), "stages": write_runs(folder, runs, spec.name)}

@@ -32,7 +32,7 @@ from ..cache import stable_hash
 from ..config import ConfigError, target_model
 from ..data.record import Record
 from ..fs import read_json, safe_component
-from ..pipeline.config import ROLES, MethodConfig
+from ..pipeline.config import MethodConfig
 from ..data.select import refuse_trained, select
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class PrepassSpec:
             index.update(recipe_hash=built["recipe_hash"], corpus_hash=built["corpus_hash"])
         out = {"benchmark": self.benchmark, "subject": self.subject, "split": self.split, "source": self.source,
                "method": _method_identity(self.cfg), "index": index,
-               "models": {role: backend_identity(self.cfg.role(role)) for role in ROLES}}
+               "models": {role: backend_identity(self.cfg.role(role)) for role in self.cfg.roles_used()}}
         if self.scoring != "letters":  # letter-scored packs keep the identity they had before scorings existed
             out["scoring"] = self.scoring
         if items:

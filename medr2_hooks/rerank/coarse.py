@@ -23,7 +23,7 @@ class LLMReranker:
 
     def score(self, pairs: list[tuple[str, str]]) -> list[float]:
         prompts = [relevance_prompt(q, self.backend.truncate(d, self.max_doc_tokens)) for q, d in pairs]
-        return [float(p[0]) for p in label_distribution(self.backend, prompts, ["yes", "no"], role="coarse_rerank")]
+        return [float(p[0]) for p in label_distribution(self.backend, prompts, ["yes", "no"], role="relevance")]
 
 
 class CrossEncoderReranker:

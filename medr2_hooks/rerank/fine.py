@@ -110,7 +110,7 @@ def answer_losses(backend, items: list[tuple[str, str, list[str]]]) -> list[tupl
         prompts += rows
         continuations += [f" {reference}"] * len(rows)
         sizes.append(len(rows))
-    losses = [-lp / n for lp, n in backend.score(prompts, continuations, role="usefulness_proxy")] if prompts else []
+    losses = [-lp / n for lp, n in backend.score(prompts, continuations, role="proxy")] if prompts else []
     out, start = [], 0
     for size in sizes:
         out.append((losses[start], losses[start + 1:start + size]))
@@ -139,7 +139,7 @@ def conflicts(backend, document_sets: list[list[str]], cfg: ConflictConfig) -> l
              for i, j in itertools.combinations(range(min(cfg.top, len(docs))), 2)]
     probs = label_distribution(backend, [conflict_prompt(document_sets[s][i], document_sets[s][j]) for s, i,
                                          j in pairs],
-                               ["yes", "no"], "conflict_judge")
+                               ["yes", "no"], "conflict")
     out: list[list[tuple[int, int, float]]] = [[] for _ in document_sets]
     for (s, i, j), p in zip(pairs, probs):
         if p[0] > cfg.threshold:
@@ -156,3 +156,82 @@ def drop_conflicting(levels: list[int], coarse: list[float], conflicting: list[t
         loser = j if (levels[j], -coarse[j]) >= (levels[i], -coarse[i]) else i  # full tie: the later one
         dropped.add(loser)
     return dropped
+
+
+# -- the stage: Eq. 1 assembled over a toolbox's cached judges --------------------------------------------------
+def rerank(m, questions: list, labels: list[dict], refs: list[dict], coarse: list[list[dict]]) -> list[list[dict]]:
+    """The fine rerank stage of the toolbox ``m`` (a :class:`~medr2_hooks.pipeline.toolbox.StageToolbox`): Eq. 1 for
+    every coarse document — f_h from the leveler, f_g from the typer and the question type, f_u from the usefulness
+    proxy's losses on the reference answer — then the conflict filter, sorted by F. Each factor is its own cached
+    stage (``evidence_level``, ``doc_type``, ``usefulness``, ``conflict``)."""
+    if not m.cfg.rerank:
+        return [[{**h, "evidence_level": h.get("evidence_level"), "f_h": None, "f_g": None, "f_u": None, "F": None}
+                 for h in hits] for hits in coarse]
+    cfg, judge_len = m.cfg, m.cfg.max_doc_tokens
+    docs = {_doc_key(h): h for hits in coarse for h in hits}
+    keys = list(docs)
+
+    def judged(role: str, texts: list[str]):
+        """The role's backend and the texts cut to the judges' length."""
+        backend = m.llm(role)
+        return backend, [backend.truncate(t, judge_len) for t in texts]
+
+    levels = dict(zip(keys, m.cached(
+        "evidence_level", [[docs[k]["text"], docs[k]["source_type"]] for k in keys],
+        {"model": m.ids["leveler"], "max_doc_tokens": judge_len, "labels": m.label_rule},
+        lambda xs: evidence_levels(*judged("leveler", [x[0] for x in xs]), [x[1] for x in xs],
+                                        cfg.label_scoring))))
+    types = dict(zip(keys, m.cached(
+        "doc_type", [docs[k]["text"] for k in keys],
+        {"model": m.ids["doc_typer"], "max_doc_tokens": judge_len, "labels": m.label_rule},
+        lambda xs: doc_type_distributions(*judged("doc_typer", xs), cfg.label_scoring))))
+
+    def losses(items):
+        # Rule: an empty reference answer (M_F generated nothing) has no loss to lower: f_u = 0, counted above.
+        backend = m.llm("proxy")
+        scorable = [x for x in items if x["ref"].strip()]
+        asked = [(x["q"], x["ref"], [backend.truncate(d, judge_len) for d in x["docs"]]) for x in scorable]
+        scored = iter(answer_losses(backend, asked) if scorable else [])
+        return [dict(zip(("init", "docs"), next(scored))) if x["ref"].strip()
+                else {"init": None, "docs": [None] * len(x["docs"])} for x in items]
+
+    def judge_conflicts(sets):
+        backend = m.llm("conflict")
+        return conflicts(backend, [[backend.truncate(d, judge_len) for d in docs_] for docs_ in sets],
+                              cfg.conflict)
+
+    loss = m.cached("usefulness", [{"q": q.question, "ref": answer_text(r), "docs": [h["text"] for h in hits]}
+                                      for q, r, hits in zip(questions, refs, coarse)],
+                       {"model": m.ids["proxy"], "max_doc_tokens": judge_len}, losses, batch_size=8)
+    conflict_pairs = m.cached(
+        "conflict", [[h["text"] for h in hits[: cfg.conflict.top]] for hits in coarse],
+        {"model": m.ids["conflict"], "top": cfg.conflict.top, "threshold": cfg.conflict.threshold,
+         "max_doc_tokens": judge_len}, judge_conflicts, batch_size=16)
+    out = []
+    for lab, hits, lo, confl in zip(labels, coarse, loss, conflict_pairs):
+        scored = []
+        for h, l_x in zip(hits, lo["docs"]):
+            level = levels[_doc_key(h)]["level"]
+            fh, fg = f_h(level), f_g(types[_doc_key(h)], lab["qtype"])
+            fu = f_u(lo["init"], l_x) if l_x is not None else 0.0
+            scored.append({**h, "evidence_level": level, "f_h": fh, "f_g": fg, "f_u": fu, "l_init": lo["init"],
+                           "l_x": l_x, "F": fine_score(fh, fg, fu, cfg.alpha)})
+        dropped = drop_conflicting([s["evidence_level"] for s in scored], [s["coarse"] for s in scored],
+                                        [tuple(c) for c in confl])
+        m.counts["conflict_drops"] += len(dropped)
+        # a pair never loses both sides, so at least one document of a non-empty set survives the filter
+        kept = [s for i, s in enumerate(scored) if i not in dropped]
+        out.append(sorted(kept, key=lambda s: -s["F"]))
+    return out
+
+
+def answer_text(reference: dict) -> str:
+    """The reference answer as the usefulness proxy scores it: the answer's text alone ("Ceftriaxone", not
+    "D. Ceftriaxone"), since the proxy's prompt (question + document, no options) never shows the letters."""
+    label, text = reference.get("label") or "", reference["text"]
+    return text[len(label) + 2:] if label and text.startswith(f"{label}. ") else text
+
+
+def _doc_key(hit: dict) -> str:
+    """Document-only factors are keyed by the evidence unit: the document and its passage."""
+    return f"{hit['doc_id']}#{hit['passage']}"

@@ -126,7 +126,19 @@ class Searcher:
                              f"with {self._query_encoder.fingerprint}")
         return self._query_encoder
 
-    def _ranked(self, name: str, queries: list[str], depth: int) -> tuple[np.ndarray, np.ndarray]:
+    def document_side_vectors(self, queries: list[str], documents: list[str]) -> np.ndarray:
+        """HyDE's search vectors (Gao et al., 2022): each query's embedding averaged with its hypothetical document's,
+        the document encoded on the encoder's document side (no query instruction), as the paper's reference code
+        averages them; an empty document leaves the query's embedding alone."""
+        encoder = self.query_encoder()
+        vectors = encoder.encode_queries(queries)
+        written = [i for i, d in enumerate(documents) if d.strip()]
+        if written:
+            vectors[written] = (vectors[written] + encoder.encode_corpus([documents[i] for i in written])) / 2
+        return vectors
+
+    def _ranked(self, name: str, queries: list[str], depth: int,
+                vectors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         if name == "dense":
             if self._dense is None:
                 from .dense import DenseIndex
@@ -135,7 +147,9 @@ class Searcher:
 
                 self._dense = DenseIndex(self.folder / "dense" / "index.faiss",
                                          self.manifest["recipe"]["dense"].get("nprobe", Dense.nprobe))
-            return self._dense.search(self.query_encoder().encode_queries(queries), depth)
+            if vectors is None:
+                vectors = self.query_encoder().encode_queries(queries)
+            return self._dense.search(vectors, depth)
         if name == "bm25":
             if self._bm25 is None:
                 cfg = self.manifest["bm25"]
@@ -209,10 +223,11 @@ class Searcher:
 
     def search(self, queries: list[str], k: int = 10, unit: str = "passage", fusion: str = "union",
                depth: int | None = None, exclude_pmids: list[str | None] | None = None,
-               rrf_k: int = RRF_K) -> list[Hits]:
+               rrf_k: int = RRF_K, vectors: np.ndarray | None = None) -> list[Hits]:
         """Per query, the fused hits. ``union``: each retriever's top ``k`` merged (up to ``k`` × retrievers);
         ``rrf``: the top ``k`` by reciprocal rank fusion over each retriever's top ``depth`` (default
-        ``max(2k, 100)``)."""
+        ``max(2k, 100)``). ``vectors``: what the dense retriever searches instead of the queries' embeddings
+        (:meth:`document_side_vectors`)."""
         if unit not in UNITS:
             raise Medr2Error(f"unknown evidence unit {unit!r}; valid: {', '.join(UNITS)}")
         if any(not q.strip() for q in queries):
@@ -224,7 +239,7 @@ class Searcher:
         excluded = [self._excluded_rows(p) if p else set() for p in exclude_pmids]
         extra = max((int(sum(self.ranges[r, 1] - self.ranges[r, 0] for r in ex)) for ex in excluded if ex), default=0)
         fetch = per * (DOCUMENT_FETCH if unit == "document" else 1) + extra
-        ranked = {name: self._ranked(name, queries, fetch) for name in self.retrievers}
+        ranked = {name: self._ranked(name, queries, fetch, vectors) for name in self.retrievers}
         if len(self.retrievers) == 1 and unit == "passage":
             return self._one_retriever(ranked, excluded, k, rrf_k)
         results = []

@@ -1,5 +1,6 @@
 """What every retrieval method does with its selected evidence: record it, fit it into the window, render it and
-the demonstrations into the target's prompt. Shared by the Med-R² and LLM-AMT pipelines (public, typed)."""
+the demonstrations into the target's prompt, and close the pre-pass (:func:`finish`: the packs and the run record).
+Shared by every pipeline (public, typed)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from ..apply.pack import RESERVE, pack
 from ..apply.prompts import (MEDRAG_SYSTEM, demonstration, generative_prompt, medrag_document, medrag_prompt,
                              question_prompt, with_reasoning)
 from ..data.record import Question
+from ..evidence.stage_runs import StageRuns, own_article_summary
 
 if TYPE_CHECKING:
-    from .medr2 import MedR2
+    from .toolbox import StageToolbox
 
 EVIDENCE_KEYS = ("doc_id", "passage", "source_type", "evidence_level", "f_h", "f_g", "f_u", "F", "coarse", "scores",
                  "title")
@@ -23,7 +25,7 @@ def evidence_record(hit: dict) -> dict:
     return {k: hit.get(k) for k in EVIDENCE_KEYS}
 
 
-def select_evidence(m: "MedR2", ranked: list[dict]) -> list[dict]:
+def select_evidence(m: "StageToolbox", ranked: list[dict]) -> list[dict]:
     """The best documents (by F, or retrieval order without the reranker) that fit the evidence share of ``w``."""
     tokens = m.target_tokens([h["text"] for h in ranked])
     chosen = pack(0, tokens, [], m.cfg.window, m.cfg.evidence_share, reserve=0).evidence
@@ -53,7 +55,7 @@ class Packing:
     skipped_demos: int  # demonstrations that did not fit beside this question's evidence
 
 
-def pack_prompts(m: "MedR2", benchmark: str, questions: list[Question], evidence: list[list[dict]],
+def pack_prompts(m: "StageToolbox", benchmark: str, questions: list[Question], evidence: list[list[dict]],
                  reasoning: list[str | None], demo_texts: list[str], scoring: str, medrag: bool = False
                  ) -> list[Packing]:
     """Fit each question's evidence and the demonstrations into the window, counting the prompt the target is sent:
@@ -101,3 +103,31 @@ def render_demo(benchmark: str, q: Question, answer: str, evidence: list[str], c
     """A solved demonstration: its evidence, its question, its reasoning and its answer, as ``scoring`` asks."""
     return (f"{render_evidence(evidence)}"
             f"{demonstration(question_prompt(benchmark, q), answer, cot, scoring, list(q.options))}\n\n")
+
+
+def finish(m: "StageToolbox", benchmark: str, questions: list[Question], evidence: list[list[dict]],
+           reasoning: list[str | None], runs: StageRuns, started: float, scoring: str, *, kept: list[int],
+           provenance: list[dict], demo_texts: list[str] = (), demos: int = 0, medrag: bool = False,
+           evidence_keys: tuple[str, ...] = ()) -> tuple[list[dict], dict]:
+    """The tail of every pipeline: each question's ``evidence`` and the rendered demonstrations packed into the window
+    (:func:`pack_prompts`, the ``pack`` stage), its pack (prefix, reasoning, the evidence's provenance with the
+    ``evidence_keys`` a method adds, then the method's own ``provenance``), the packed run (``kept``: the iteration
+    the method kept), and the run record (``demos``: demonstrations run through the pre-pass)."""
+    packs = []
+    with m.stage("pack"):
+        packings = pack_prompts(m, benchmark, questions, evidence, reasoning, list(demo_texts), scoring, medrag)
+        for q, r, p, t, extra in zip(questions, reasoning, packings, kept, provenance):
+            m.counts["question_over_window"] += p.over_window
+            runs.add_packed(q.id, p.used, t)
+            packs.append({"prefix": p.prefix, "reasoning": r,
+                          "evidence": [{**evidence_record(h), **{k: h[k] for k in evidence_keys}} for h in p.used],
+                          "effective_k": len(p.used), "n_demos": p.demos, "prompt_tokens": p.tokens, **extra})
+            if medrag:  # MedRAG's prompt numbers the documents itself (medr2_hooks.lmeval.medrag)
+                packs[-1]["evidence_texts"] = [h["text"] for h in p.used]
+    record = m.run_record(started, len(questions), demos)
+    record["shots"] = shots_summary(packings, len(demo_texts))
+    record["stage_runs"] = runs.for_items({q.id for q in questions})
+    own = m.own_article_ranks(questions)  # PubMedQA: where the excluded own abstract would have ranked
+    if own:
+        record["own_article"] = own_article_summary(own)
+    return packs, record

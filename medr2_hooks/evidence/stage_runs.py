@@ -52,8 +52,8 @@ class StageRuns:
 
 
 def own_article_summary(ranks: dict[str, dict[str, int | None]], depth: int = 100) -> dict:
-    """Where the questions' excluded own articles would have ranked (``MedR2.own_article_ranks``): per retriever and
-    fused, how many questions had it at rank 1, within 10, within ``depth``, and its median rank among those found;
+    """Where the questions' excluded own articles would have ranked (``StageToolbox.own_article_ranks``): per retriever
+    and fused, how many questions had it at rank 1, within 10, within ``depth``, and its median rank among those found;
     with the per-question ranks."""
     names = sorted({name for r in ranks.values() for name in r}, key=lambda n: (n == "fused", n))
     per = {}
