@@ -46,3 +46,18 @@ def _pipeline(tmp_path, log, **overrides):
 
 def _model_calls(log):
     return [entry for entry in log if entry[0] != "search"]
+
+
+def one_run(tmp_path, method: str, override: str):
+    """The one run of an experiment of ``method`` on 2 MedQA-USMLE items with the embedded Gemma target (the demo
+    index built), ``override`` its method_override in YAML flow style: what a dry-run counts."""
+    from medr2_hooks.experiments.config import load_experiment
+    from medr2_hooks.experiments.expand import expand
+    from medr2_hooks.retrieve.build import ensure_index
+
+    ensure_index("textbooks_demo")
+    path = tmp_path / f"{method}.yaml"
+    path.write_text(f"name: {method}_counted\nmodels: [{{name: gemma-270m, model: 'embedded:gemma-270m'}}]\n"
+                    f"methods: [{method}]\nbenchmarks: [medqa_usmle]\nlimit: 2\nmethod_override: {override}\n")
+    (plan,) = expand(load_experiment(str(path)))
+    return plan

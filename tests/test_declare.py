@@ -63,19 +63,12 @@ def test_a_toy_stage_that_runs_is_counted_by_the_dry_run_with_no_change_to_the_e
     """Issue 42.2: the dry-run runs the pipeline's own stages, so a stage added to the code and its declaration (here:
     the leveler grading each ranked document once more) is in the estimate, counted as it runs; removed,
     it is gone. Nothing in medr2_hooks/experiments changes."""
-    from medr2_hooks.experiments.config import load_experiment
     from medr2_hooks.experiments.cost import run_lines
-    from medr2_hooks.experiments.expand import expand
     from medr2_hooks.llm.closed_set import label_distribution
     from medr2_hooks.pipeline.toolbox import StageToolbox
-    from medr2_hooks.retrieve.build import ensure_index
+    from pipeline_helpers import one_run
 
-    ensure_index("textbooks_demo")
-    path = tmp_path / "toy.yaml"
-    path.write_text("name: toy\nmodels: [{name: gemma-270m, model: 'embedded:gemma-270m'}]\nmethods: [vanilla_rag]\n"
-                    "benchmarks: [medqa_usmle]\nlimit: 2\nmethod_override: {retrievers: [dense], retrieve_k: 4, "
-                    "coarse_k: 3}\n")
-    (plan,) = expand(load_experiment(str(path)))
+    plan = one_run(tmp_path, "vanilla_rag", "{retrievers: [dense], retrieve_k: 4, coarse_k: 3}")
 
     def graded(m, questions, labels, refs, coarse):  # the toy stage: the leveler's yes/no on each ranked document
         ranked = fine(m, questions, labels, refs, coarse)

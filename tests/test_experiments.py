@@ -302,3 +302,20 @@ def test_every_committed_report_regenerates_from_its_committed_summaries(folder,
     shown = re.search(r"^Runs with results: (\d+) of (\d+)", (REPO_RESULTS / folder / "report.md").read_text(), re.M)
     runs = expand(exp)
     assert (len(load_runs(runs)), len(runs)) == (int(shown[1]), int(shown[2]))
+
+
+def test_an_inline_role_set_may_give_llm_alone_and_names_its_unknown_keys(tmp_path):
+    """A model's inline roles ({llm: spec} without roles:) expand, as a role set does; a misspelt key is one line."""
+    from medr2_hooks.config import ConfigError
+    from medr2_hooks.experiments.config import load_experiment
+    from medr2_hooks.experiments.expand import expand
+
+    served = "{backend: openai, model: m, base_url: 'http://127.0.0.1:9/v1'}"
+    path = tmp_path / "inline.yaml"
+    path.write_text("name: inline\nmodels: [{name: g, model: 'embedded:gemma-270m', roles: {llm: %s}}]\n"
+                    "methods: [medr2]\nbenchmarks: [medqa_usmle]\nlimit: 2\n" % served)
+    (run,) = expand(load_experiment(str(path)))
+    assert set(run.resolved["roles"].values()) == {"m"}
+    path.write_text(path.read_text().replace("roles: {llm:", "roles: {lm:"))
+    with pytest.raises(ConfigError, match="roles: unknown key 'lm'"):
+        expand(load_experiment(str(path)))

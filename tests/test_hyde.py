@@ -11,7 +11,7 @@ import pytest
 
 from medr2_hooks import data, methods
 
-from pipeline_helpers import TINY, _pipeline
+from pipeline_helpers import TINY, _pipeline, one_run
 
 HYDE = {**TINY, **methods.method("hyde").variant(), "retrieve_k": 4, "coarse_k": 3,
         "options": {"hyde": {"passage_max_new_tokens": 24}}}
@@ -72,7 +72,6 @@ def test_hyde_is_one_registry_entry_with_tasks_table_2_and_a_dry_run_count(tmp_p
     from medr2_hooks.experiments.cost import run_lines
     from medr2_hooks.experiments.expand import expand
     from medr2_hooks.lmeval.registry import task_hook_kwargs
-    from medr2_hooks.retrieve.build import ensure_index
 
     assert methods.method("hyde").stages() == ("reformulate", "retrieve", "apply")
     assert methods.resolve("hyde").roles_used() == ("hyde",)
@@ -84,13 +83,7 @@ def test_hyde_is_one_registry_entry_with_tasks_table_2_and_a_dry_run_count(tmp_p
     assert len(runs) == 6 * 5  # beside vanilla RAG, every model and benchmark; its title says it is an addition
     assert "not in the paper" in methods.method("hyde").title
 
-    ensure_index("textbooks_demo")
-    path = tmp_path / "hyde.yaml"
-    path.write_text("name: hyde_cost\nmodels: [{name: gemma-270m, model: 'embedded:gemma-270m'}]\nmethods: [hyde]\n"
-                    "benchmarks: [medqa_usmle]\nlimit: 2\nmethod_override: {options: {hyde: "
-                    "{passage_max_new_tokens: 100}}}\n")
-    (plan,) = expand(load_experiment(str(path)))
-    lines, assumptions = run_lines(plan)
+    lines, assumptions = run_lines(one_run(tmp_path, "hyde", "{options: {hyde: {passage_max_new_tokens: 100}}}"))
     written = [line for line in lines if line.stage == "hyde_passage"]
     assert {line.role for line in written} == {"hyde"}
     assert sum(line.requests for line in written) == assumptions["items"]

@@ -151,14 +151,14 @@ def test_vllm_serve_is_the_target_of_lm_evals_api_models_and_of_the_roles(vllm_s
     experiment.write_text(json.dumps({
         "name": "vllm_roles", "models": [{"name": "smollm2", "model": "embedded:smollm2-135m-instruct",
                                           "roles": {"llm": served}}],
-        "methods": ["medr2"], "benchmarks": ["medqa_usmle"], "windows": [2048], "limit": 2, "setting": "cpu_twin",
+        "methods": ["medr2"], "benchmarks": ["medqa_usmle"], "windows": [4096], "limit": 2, "setting": "cpu_twin",
         "scoring": "generative", "gen_kwargs": "max_gen_toks=16", "method_override": TINY}))
     proc = subprocess.run([sys.executable, "-m", "medr2_hooks.cli.main", "sweep", str(experiment), "--no_wandb"],
                           env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     state = json.loads((tmp_path / "sweep" / "results" / "vllm_roles" / "sweep.json").read_text())
     assert [run["status"] for run in state["runs"].values()] == ["done"], state
-    (record,) = (tmp_path / "sweep" / "results" / "prepass").glob("medqa_usmle*.json")
+    (record,) = (tmp_path / "sweep" / "results" / "prepass").glob("*medqa_usmle*.json")
     record = json.loads(record.read_text())
     assert sum(u["calls"] for u in record["usage"].values()) > 0  # every role call reached the server
     assert all(smollm2 in model for model in record["models"].values()), record["models"]
@@ -183,7 +183,7 @@ def _cache(folder: Path) -> dict:
 
 
 def _packs(folder: Path) -> list[dict]:
-    (path,) = (folder / "cache" / "packs").glob("medqa_usmle*.json")
+    (path,) = (folder / "cache" / "packs").glob("*medqa_usmle*.json")
     return json.loads(path.read_text())["packs"]
 
 
@@ -209,7 +209,7 @@ def test_lm_eval_on_vllm_with_the_medr2_roles_on_vllm_packs_the_evidence_hf_pack
     assert proc.returncode == 0, proc.stderr[-3000:]
     (results,) = (tmp_path / "lm_eval").glob("*/results_*.json")
     assert set(json.loads(results.read_text())["results"]) == {"medqa_usmle_direct", "medqa_usmle_medr2_gen"}
-    (record,) = (tmp_path / "vllm" / "results" / "prepass").glob("medqa_usmle*.json")
+    (record,) = (tmp_path / "vllm" / "results" / "prepass").glob("*medqa_usmle*.json")
     usage = json.loads(record.read_text())["usage"]
     assert sum(u["calls"] for u in usage.values()) > 0  # the roles ran here, on vLLM
     on_vllm = _packs(tmp_path / "vllm")

@@ -127,9 +127,14 @@ def _retrieval_override(exp: Experiment, spec, method: str, window: int) -> dict
     if spec.tokenizer:
         override["target_tokenizer"] = spec.tokenizer
     if spec.roles or spec.role_set:
-        roles = spec.roles or role_set(spec.role_set)
-        override = {**override, "llm": override.get("llm") or roles["llm"],
-                    "roles": {**roles["roles"], **override.get("roles", {})}}
+        roles = spec.roles or role_set(spec.role_set)  # inline: {"llm": spec} and/or {"roles": {role: spec}}
+        unknown = sorted(set(roles) - {"llm", "roles"})
+        if unknown:
+            raise ConfigError(f"experiment {exp.name}: model {spec.name}: roles: unknown key {unknown[0]!r} (an "
+                              "inline role set has llm: <spec> and/or roles: {<role>: <spec>})")
+        llm = override.get("llm") or roles.get("llm")
+        override = {**override, **({"llm": llm} if llm else {}),
+                    "roles": {**(roles.get("roles") or {}), **override.get("roles", {})}}
     if exp.gen_kwargs and exp.scoring == "generative":  # the answer's room in the window, kept out of packing
         given = key_values(exp.gen_kwargs)
         if "max_gen_toks" in given:

@@ -1,4 +1,5 @@
-"""lm-eval hooks for the retrieval-augmented tasks (``*_medr2``, ``*_medr2_cot``, ablations).
+"""lm-eval hooks for every retrieval method's tasks (``*_medr2``, ``*_vanilla_rag``, ``*_hyde``, ``*_llm_amt``,
+ablations, ...).
 
 ``load_dataset`` (lm-eval's ``custom_dataset``, called once per task) loads the evaluation and demo pools,
 runs the method's pre-pass over all of them in batches (cached on disk), and returns docs that carry the
