@@ -121,7 +121,7 @@ def _hook_kwargs(metadata: dict) -> dict:
 
 
 def test_prepared_packs_reach_the_hook_without_a_model_call(prepared, own_cache, monkeypatch):
-    from medr2_hooks.lmeval import medr2 as hook
+    from medr2_hooks.lmeval import retrieval as hook
     from medr2_hooks.prepass.prepare import prepare_tasks
 
     out = prepared.out  # a pre-pass from an empty cache
@@ -152,7 +152,7 @@ def test_a_full_run_never_evaluates_a_prepared_subset(prepared, own_cache, monke
     """Issue 35: `medr2 prepare --limit 2`, then a plain lm_eval run without a limit. The hook used to follow a
     pointer to the 2 prepared items and lm-eval reported a 2-item score as the benchmark's. Now a run that does not
     ask for the subset (metadata limit) prepares the whole benchmark."""
-    from medr2_hooks.lmeval import medr2 as hook
+    from medr2_hooks.lmeval import retrieval as hook
     from medr2_hooks.prepass import packs as made
 
     own_cache("subset", start=prepared)  # `medr2 prepare --limit 2` was run
@@ -175,7 +175,7 @@ def test_hand_edited_packs_are_refused(own_cache):
     import hashlib
 
     from medr2_hooks.errors import DataError
-    from medr2_hooks.lmeval import medr2 as hook
+    from medr2_hooks.lmeval import retrieval as hook
     from medr2_hooks.prepass.prepare import prepare_tasks
 
     # its own pre-pass: a record names the packs file it made (a copy of prepared folders is not checked against one)
