@@ -24,6 +24,7 @@ so is a declared stage that calls a model the cost estimate does not count
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from importlib import import_module
 from typing import Callable
 
@@ -113,28 +114,27 @@ def register(name: str, stages: tuple[Stage, ...], steps: tuple[str, ...] = (), 
 def known() -> tuple[str, ...]:
     """Every registered pipeline: each module of this package is imported once (as lm-eval scans its task folders),
     and the ones that ``@register`` are the pipelines."""
-    import pkgutil
-    from pathlib import Path
-
-    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
-        import_module(f"{__package__}.{info.name}")
+    for name in _modules():
+        import_module(f"{__package__}.{name}")
     return tuple(_REGISTRY)
 
 
 def pipeline(name: str) -> Pipeline:
     """The registered pipeline ``name`` (importing ``medr2_hooks.pipeline.<name>``, which registers it)."""
-    if name not in _REGISTRY and name.isidentifier() and name in _modules():
+    if name not in _REGISTRY and name in _modules():
         import_module(f"{__package__}.{name}")
     if name not in _REGISTRY:
         raise ValueError(f"pipeline must be one of {', '.join(known())}, found {name!r}")
     return _REGISTRY[name]
 
 
-def _modules() -> set[str]:
+@lru_cache(maxsize=1)
+def _modules() -> tuple[str, ...]:
+    """The modules of this package, listed once (every MethodConfig checks its pipeline and roles against them)."""
     import pkgutil
     from pathlib import Path
 
-    return {info.name for info in pkgutil.iter_modules([str(Path(__file__).parent)])}
+    return tuple(sorted(info.name for info in pkgutil.iter_modules([str(Path(__file__).parent)])))
 
 
 def all_roles() -> tuple[str, ...]:
